@@ -1,0 +1,631 @@
+"""
+The LLaMA that every nanoRM head sits on: RMSNorm, RoPE, grouped-query attention, SwiGLU.
+
+    python model.py                                   # greedy story from llama2.c's stories260K
+    python model.py --prompt "Once upon a time" --temperature 0.8 --top_k 40
+    python model.py --ckpt path/to/hf_llama_dir --tokenizer path/to/tokenizer.model
+
+Module names are Meta's (tok_embeddings, layers[i].attention.wq, feed_forward.w1, ...), so
+Meta and llama2.c checkpoints map one to one; Hugging Face checkpoints are renamed and their
+wq/wk rows un-permuted in `from_pretrained`.
+
+Padding. A reward model reads one scalar at the last real token of each sequence, so a
+sequence's hidden states must not depend on how it was padded. Two things make that true here:
+  1. the attention mask hides padding keys from every query, and
+  2. RoPE positions come from the mask (position = number of real tokens before this one),
+     not from the column index. With left padding, the first real token is at position 0.
+Getting (2) wrong is the classic reward-model bug: a left-padded batch silently shifts every
+position (huggingface/transformers#35352, OpenRLHF#217) and rewards change with batch
+composition. `tests/test_model.py` checks left, right, no and mixed padding to 1e-5.
+
+Simplifications: one GPU or CPU process (DDP lives in train_rm.py), no tensor parallelism,
+no sliding windows, no biases (LLaMA has none). Only torch and the standard library are
+imported at module level; safetensors is imported inside the loader that needs it.
+"""
+
+import json
+import math
+import os
+import struct
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+import torch.utils.checkpoint
+from torch import nn
+
+
+@dataclass
+class ModelConfig:
+    dim: int = 288
+    n_layers: int = 6
+    n_heads: int = 6
+    n_kv_heads: int | None = None  # grouped-query attention; None means n_heads (plain MHA)
+    vocab_size: int = 32000
+    hidden_dim: int | None = None  # FFN width; None derives it the way Meta does, below
+    multiple_of: int = 256  # FFN width is rounded up to a multiple of this (GPU-friendly)
+    ffn_dim_multiplier: float | None = None  # Llama 2 70B / Llama 3 scale the FFN with this
+    norm_eps: float = 1e-5
+    rope_theta: float = 10000.0  # Llama 2: 1e4, Llama 3: 5e5
+    # Llama 3.1+ RoPE scaling, e.g. {"rope_type": "llama3", "factor": 8.0,
+    # "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+    rope_scaling: dict | None = None
+    max_seq_len: int = 2048
+    dropout: float = 0.0
+    tie_embeddings: bool = False  # output shares tok_embeddings' weight (llama2.c, Llama 3.2 1B)
+
+    def __post_init__(self):
+        if self.n_kv_heads is None:
+            self.n_kv_heads = self.n_heads
+        if self.hidden_dim is None:
+            # SwiGLU has three matrices instead of two, so Meta shrinks 4*dim by 2/3 to keep
+            # the parameter count of a plain 4*dim MLP, then rounds up to multiple_of.
+            hidden = int(2 * (4 * self.dim) / 3)
+            if self.ffn_dim_multiplier is not None:
+                hidden = int(self.ffn_dim_multiplier * hidden)
+            self.hidden_dim = self.multiple_of * (
+                (hidden + self.multiple_of - 1) // self.multiple_of
+            )
+        assert self.dim % self.n_heads == 0, (
+            f"dim {self.dim} not divisible by n_heads {self.n_heads}"
+        )
+        assert self.n_heads % self.n_kv_heads == 0, "n_heads must be a multiple of n_kv_heads"
+
+    @property
+    def head_dim(self):
+        return self.dim // self.n_heads
+
+
+def rope_frequencies(cfg: ModelConfig) -> torch.Tensor:
+    """Inverse frequencies theta^(-2i/d) of RoPE, (head_dim/2,), with Llama 3's scaling if set."""
+    d = cfg.head_dim
+    inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+    rs = cfg.rope_scaling
+    if rs and rs.get("rope_type", rs.get("type")) == "llama3":
+        # Llama 3.1 stretches only the long wavelengths: those longer than the original context
+        # / low_freq_factor are divided by `factor`, short ones are kept, and the band between
+        # is interpolated smoothly. This is what lets an 8k-trained model read 128k tokens.
+        factor, old_ctx = rs["factor"], rs["original_max_position_embeddings"]
+        lo, hi = rs["low_freq_factor"], rs["high_freq_factor"]
+        wavelen = 2 * math.pi / inv_freq
+        smooth = ((old_ctx / wavelen - lo) / (hi - lo)).clamp(0.0, 1.0)
+        inv_freq = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+    elif rs and rs.get("rope_type", rs.get("type")) not in (None, "default"):
+        raise ValueError(f"rope_scaling type {rs!r} is not supported (only 'llama3')")
+    return inv_freq
+
+
+def apply_rope(x, cos, sin):
+    """Rotate adjacent pairs (x[2i], x[2i+1]) by angle pos*freq_i, as Meta's reference does.
+    x: (B, T, H, head_dim), cos/sin: (B, T, head_dim/2)."""
+    xr = x.float().unflatten(-1, (-1, 2))  # (B, T, H, head_dim/2, 2)
+    x0, x1 = xr[..., 0], xr[..., 1]
+    cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)  # broadcast over heads
+    out = torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1)
+    return out.flatten(-2).type_as(x)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        # normalise in fp32 even under bf16: the mean of squares loses too much in 8 mantissa bits
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return xf.type_as(x) * self.weight
+
+
+class KVCache:
+    """Keys and values of every layer, preallocated for `max_len` positions."""
+
+    def __init__(self, cfg, batch_size, max_len, device, dtype):
+        shape = (cfg.n_layers, batch_size, cfg.n_kv_heads, max_len, cfg.head_dim)
+        self.k = torch.zeros(shape, device=device, dtype=dtype)
+        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        self.len = 0  # positions filled so far; advanced by Transformer after all layers
+
+    def update(self, layer, k, v):  # k, v: (B, n_kv_heads, t, head_dim)
+        end = self.len + k.size(2)
+        self.k[layer, :, :, self.len : end] = k
+        self.v[layer, :, :, self.len : end] = v
+        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer_id: int):
+        super().__init__()
+        self.layer_id, self.n_heads, self.n_kv_heads = layer_id, cfg.n_heads, cfg.n_kv_heads
+        self.head_dim, self.dropout = cfg.head_dim, cfg.dropout
+        self.wq = nn.Linear(cfg.dim, cfg.n_heads * cfg.head_dim, bias=False)
+        self.wk = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=False)
+        self.wv = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=False)
+        self.wo = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=False)
+
+    def forward(self, x, cos, sin, attn_mask, cache=None):
+        B, T, _ = x.shape
+        q = self.wq(x).view(B, T, self.n_heads, self.head_dim)
+        k = self.wk(x).view(B, T, self.n_kv_heads, self.head_dim)
+        v = self.wv(x).view(B, T, self.n_kv_heads, self.head_dim)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, head_dim)
+        if cache is not None:
+            k, v = cache.update(self.layer_id, k, v)  # (B, n_kv_heads, S, head_dim), S >= T
+        # enable_gqa: query head h reads kv head h // (n_heads // n_kv_heads), without copying
+        y = F.scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            attn_mask=attn_mask,
+            is_causal=attn_mask is None,
+            dropout_p=self.dropout if self.training else 0.0,
+            enable_gqa=self.n_kv_heads != self.n_heads,
+        )
+        y = y.transpose(1, 2).reshape(B, T, -1)  # (B, T, dim)
+        return self.wo(y)
+
+
+class FeedForward(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.w1 = nn.Linear(cfg.dim, cfg.hidden_dim, bias=False)  # gate
+        self.w2 = nn.Linear(cfg.hidden_dim, cfg.dim, bias=False)  # down
+        self.w3 = nn.Linear(cfg.dim, cfg.hidden_dim, bias=False)  # up
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))  # SwiGLU
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer_id: int):
+        super().__init__()
+        self.attention = Attention(cfg, layer_id)
+        self.feed_forward = FeedForward(cfg)
+        self.attention_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x, cos, sin, attn_mask, cache=None):
+        x = x + self.drop(self.attention(self.attention_norm(x), cos, sin, attn_mask, cache))
+        return x + self.drop(self.feed_forward(self.ffn_norm(x)))
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.config = cfg
+        self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.layers = nn.ModuleList(TransformerBlock(cfg, i) for i in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.output = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.output.weight = self.tok_embeddings.weight
+        # recomputed, never saved: checkpoints hold only learned weights
+        self.register_buffer("inv_freq", rope_frequencies(cfg), persistent=False)
+        self.gradient_checkpointing = False  # trade compute for memory on long sequences
+        self.apply(self._init_weights)
+        for name, p in self.named_parameters():  # GPT-2's scaled init of residual projections
+            if name.endswith(("wo.weight", "w2.weight")):
+                torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layers))
+
+    def _init_weights(self, module):
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def hidden_states(
+        self, tokens, attention_mask=None, *, positions=None, attn_mask=None, cache=None
+    ):
+        """Final normalised hidden states (B, T, dim), the input of every head.
+
+        tokens: (B, T) ids. attention_mask: (B, T), 1 for real tokens, any padding side
+        (with a cache: (B, S) covering the cached positions too). positions / attn_mask
+        (B, T) and (B, T, S) bool override what is derived from the mask; they serve packed
+        sequences where several segments share one row.
+        """
+        if tokens.dim() != 2:
+            raise ValueError(f"tokens must be (batch, time), got shape {tuple(tokens.shape)}")
+        B, T = tokens.shape
+        cfg, start = self.config, cache.len if cache is not None else 0
+        if start + T > cfg.max_seq_len:
+            raise ValueError(f"sequence length {start + T} exceeds max_seq_len {cfg.max_seq_len}")
+        if tokens.numel() and (tokens.min() < 0 or tokens.max() >= cfg.vocab_size):
+            bad = tokens[(tokens < 0) | (tokens >= cfg.vocab_size)][0].item()
+            raise ValueError(f"token id {bad} is outside the vocabulary [0, {cfg.vocab_size})")
+        if attention_mask is not None:
+            attention_mask = attention_mask.to(tokens.device).bool()
+        if positions is None:
+            if attention_mask is None:
+                positions = torch.arange(start, start + T, device=tokens.device).expand(B, T)
+            else:  # position = number of real tokens before this one
+                positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, -T:]
+        if attn_mask is None and (attention_mask is not None or start > 0):
+            S = start + T  # keys: everything cached plus this chunk
+            q_idx = torch.arange(start, S, device=tokens.device)[:, None]
+            k_idx = torch.arange(S, device=tokens.device)[None, :]
+            real = attention_mask if attention_mask is not None else torch.ones_like(k_idx).bool()
+            attn_mask = (k_idx <= q_idx) & real[:, None, :]  # (B, T, S): causal and not padding
+            # a padding query still sees itself, so no row is fully masked (that gives NaN)
+            attn_mask = attn_mask | (k_idx == q_idx)
+        if attn_mask is not None:
+            attn_mask = attn_mask.unsqueeze(1)  # (B, 1, T, S), broadcast over heads
+        angles = positions[..., None].float() * self.inv_freq  # (B, T, head_dim/2)
+        cos, sin = angles.cos(), angles.sin()
+        h = self.tok_embeddings(tokens)  # (B, T, dim)
+        for layer in self.layers:
+            if self.gradient_checkpointing and self.training:
+                h = torch.utils.checkpoint.checkpoint(
+                    layer, h, cos, sin, attn_mask, cache, use_reentrant=False
+                )
+            else:
+                h = layer(h, cos, sin, attn_mask, cache)
+        if cache is not None:
+            cache.len += T
+        return self.norm(h)
+
+    def forward(self, tokens, attention_mask=None, **kwargs):
+        """Logits (B, T, vocab_size)."""
+        return self.output(self.hidden_states(tokens, attention_mask, **kwargs))
+
+    @torch.no_grad()
+    def generate(
+        self,
+        tokens,
+        max_new_tokens,
+        temperature=0.0,
+        top_k=None,
+        attention_mask=None,
+        use_cache=True,
+    ):
+        """Append max_new_tokens sampled tokens to tokens (B, T); temperature 0 is greedy.
+        Batched prompts must be left-padded (new tokens go at the right end)."""
+        B, T = tokens.shape
+        if attention_mask is None:
+            attention_mask = torch.ones_like(tokens, dtype=torch.bool)
+        if not attention_mask[:, -1].all():
+            raise ValueError("generate needs left-padded prompts: the last column must be real")
+        if T + max_new_tokens > self.config.max_seq_len:
+            raise ValueError(
+                f"prompt {T} + max_new_tokens {max_new_tokens} exceeds "
+                f"max_seq_len {self.config.max_seq_len}"
+            )
+        mask = attention_mask.bool()
+        dtype = next(self.parameters()).dtype
+        cache = (
+            KVCache(self.config, B, T + max_new_tokens, tokens.device, dtype) if use_cache else None
+        )
+        step_in = tokens
+        for _ in range(max_new_tokens):
+            if use_cache:  # feed only what the cache has not seen; the mask covers all of it
+                logits = self(step_in, mask, cache=cache)[:, -1, :]
+            else:
+                logits = self(tokens, mask)[:, -1, :]
+            if temperature == 0.0:
+                next_tok = logits.argmax(-1, keepdim=True)
+            else:
+                logits = logits / temperature
+                if top_k is not None:
+                    v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+                    logits[logits < v[:, [-1]]] = -float("inf")
+                next_tok = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)
+            tokens = torch.cat((tokens, next_tok), dim=1)
+            mask = torch.cat((mask, torch.ones_like(next_tok, dtype=torch.bool)), dim=1)
+            step_in = next_tok
+        return tokens
+
+    # ---------------------------------------------------------------- loaders
+    @classmethod
+    def _from_state_dict(cls, cfg, sd, source):
+        """Build on the meta device and adopt sd's tensors (assign=True): no second copy."""
+        with torch.device("meta"):
+            model = cls(cfg)
+        if cfg.tie_embeddings:
+            sd.pop("output.weight", None)
+        expected = set(model.state_dict().keys()) - (
+            {"output.weight"} if cfg.tie_embeddings else set()
+        )
+        missing, unexpected = sorted(expected - sd.keys()), sorted(sd.keys() - expected)
+        if missing or unexpected:
+            raise ValueError(
+                f"{source}: checkpoint does not match the config: missing keys "
+                f"{missing[:5]}, unexpected keys {unexpected[:5]}"
+            )
+        for k, t in model.state_dict().items():
+            if k in sd and tuple(sd[k].shape) != tuple(t.shape):
+                raise ValueError(
+                    f"{source}: {k} has shape {tuple(sd[k].shape)}, "
+                    f"the config expects {tuple(t.shape)}"
+                )
+        model.load_state_dict(sd, strict=False, assign=True)
+        if cfg.tie_embeddings:
+            model.output.weight = model.tok_embeddings.weight
+        model.inv_freq = rope_frequencies(cfg)  # buffers on meta are empty: compute them
+        return model.eval()
+
+    @classmethod
+    def from_llama2c(cls, path):
+        """llama2.c checkpoints: the legacy v0 `.bin` (run.c's format) or train.py's `.pt`."""
+        if str(path).endswith(".pt"):
+            ckpt = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+            if "model" not in ckpt or "model_args" not in ckpt:
+                raise ValueError(
+                    f"{path}: expected keys 'model' and 'model_args', found {list(ckpt)}"
+                )
+            args = {
+                k: v for k, v in ckpt["model_args"].items() if k in ModelConfig.__dataclass_fields__
+            }
+            sd = {k.removeprefix("_orig_mod."): v for k, v in ckpt["model"].items()}
+            sd = {k: v for k, v in sd.items() if k not in ("freqs_cos", "freqs_sin")}
+            cfg = ModelConfig(**args, tie_embeddings=True)  # llama2.c always ties
+            return cls._from_state_dict(cfg, sd, path)
+        size = os.path.getsize(path)
+        if size < 28:
+            raise ValueError(f"{path}: {size} bytes is too short for the 28-byte llama2.c header")
+        with open(path, "rb") as f:
+            header = struct.unpack("7i", f.read(28))
+        dim, hidden, n_layers, n_heads, n_kv, vocab, seq_len = header
+        shared = vocab > 0  # a negative vocab_size means an untied classifier follows
+        cfg = ModelConfig(
+            dim=dim,
+            n_layers=n_layers,
+            n_heads=n_heads,
+            n_kv_heads=n_kv,
+            vocab_size=abs(vocab),
+            hidden_dim=hidden,
+            max_seq_len=seq_len,
+            tie_embeddings=shared,
+        )
+        L, V, kv_dim, hd = n_layers, abs(vocab), n_kv * cfg.head_dim, cfg.head_dim
+        shapes = [
+            ("tok_embeddings", (V, dim)),
+            ("attention_norm", (L, dim)),
+            ("wq", (L, dim, dim)),
+            ("wk", (L, kv_dim, dim)),
+            ("wv", (L, kv_dim, dim)),
+            ("wo", (L, dim, dim)),
+            ("ffn_norm", (L, dim)),
+            ("w1", (L, hidden, dim)),
+            ("w2", (L, dim, hidden)),
+            ("w3", (L, hidden, dim)),
+            ("norm", (dim,)),
+            ("freq_cis_real", (seq_len, hd // 2)),
+            ("freq_cis_imag", (seq_len, hd // 2)),
+        ]
+        if not shared:
+            shapes.append(("output", (V, dim)))
+        n_floats = sum(math.prod(s) for _, s in shapes)
+        if size != 28 + 4 * n_floats:
+            raise ValueError(
+                f"{path}: {size} bytes, but its header {header} "
+                f"implies {28 + 4 * n_floats} bytes (truncated or not a llama2.c v0 file)"
+            )
+        data = torch.from_file(str(path), shared=False, size=size // 4, dtype=torch.float32)[7:]
+        w, off = {}, 0
+        for name, shape in shapes:  # one read of the file; every weight is a view into it
+            n = math.prod(shape)
+            w[name], off = data[off : off + n].view(shape), off + n
+        sd = {"tok_embeddings.weight": w["tok_embeddings"], "norm.weight": w["norm"]}
+        if not shared:
+            sd["output.weight"] = w["output"]
+        for i in range(L):
+            for name in ("wq", "wk", "wv", "wo"):
+                sd[f"layers.{i}.attention.{name}.weight"] = w[name][i]
+            for name in ("w1", "w2", "w3"):
+                sd[f"layers.{i}.feed_forward.{name}.weight"] = w[name][i]
+            sd[f"layers.{i}.attention_norm.weight"] = w["attention_norm"][i]
+            sd[f"layers.{i}.ffn_norm.weight"] = w["ffn_norm"][i]
+        return cls._from_state_dict(cfg, sd, path)
+
+    @classmethod
+    def from_meta(cls, directory, max_seq_len=2048):
+        """Meta's original release: params.json + consolidated.00.pth (one shard)."""
+        params = _read_json(os.path.join(directory, "params.json"))
+        ckpt_path = os.path.join(directory, "consolidated.00.pth")
+        if not os.path.exists(ckpt_path):
+            raise FileNotFoundError(
+                f"{ckpt_path} not found (only single-shard checkpoints are supported)"
+            )
+        sd = torch.load(ckpt_path, map_location="cpu", mmap=True, weights_only=True)
+        sd.pop("rope.freqs", None)  # Llama 2 ships a precomputed table; we derive it
+        rope_scaling = None
+        if params.get("use_scaled_rope"):  # Llama 3.1's published scaling constants
+            rope_scaling = {
+                "rope_type": "llama3",
+                "factor": params.get("rope_scaling_factor", 8.0),
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192,
+            }
+        cfg = ModelConfig(
+            dim=params["dim"],
+            n_layers=params["n_layers"],
+            n_heads=params["n_heads"],
+            n_kv_heads=params.get("n_kv_heads"),
+            vocab_size=sd["tok_embeddings.weight"].shape[0],  # params says -1 in Llama 2
+            multiple_of=params.get("multiple_of", 256),
+            ffn_dim_multiplier=params.get("ffn_dim_multiplier"),
+            norm_eps=params.get("norm_eps", 1e-5),
+            rope_theta=params.get("rope_theta", 1e4),
+            rope_scaling=rope_scaling,
+            max_seq_len=max_seq_len,
+            tie_embeddings="output.weight" not in sd,
+        )
+        return cls._from_state_dict(cfg, sd, ckpt_path)
+
+    @classmethod
+    def from_pretrained(cls, directory, dtype=torch.float32):
+        """A local Hugging Face Llama directory: config.json + safetensors or pytorch_model*.bin."""
+        cfg, hf = config_from_hf(_read_json(os.path.join(directory, "config.json")))
+        sd = {}
+        for name, tensor in _iter_hf_tensors(directory):
+            key = _hf_to_meta_name(name)
+            if key is None:  # e.g. rotary_emb.inv_freq in old checkpoints, or a score head
+                continue
+            tensor = tensor.to(dtype)
+            # HF's conversion script permuted the rows of wq and wk so that its rotate-half RoPE
+            # (pairs i and i + d/2) equals Meta's interleaved RoPE (pairs 2i and 2i+1). Undo it:
+            # per head, rows [first half | second half] go back to interleaved order.
+            if key.endswith("attention.wq.weight"):
+                tensor = _unpermute(tensor, cfg.n_heads, cfg.head_dim)
+            elif key.endswith("attention.wk.weight"):
+                tensor = _unpermute(tensor, cfg.n_kv_heads, cfg.head_dim)
+            sd[key] = tensor
+        model = cls._from_state_dict(cfg, sd, directory)
+        model.hf_config = hf  # heads (e.g. a sequence classifier's score) may need more of it
+        return model
+
+
+def _read_json(path):
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path} not found")
+    with open(path) as f:
+        try:
+            return json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: invalid JSON at line {e.lineno}: {e.msg}") from None
+
+
+def config_from_hf(hf):
+    """ModelConfig from a Hugging Face LlamaConfig dict (transformers 4.x or 5.x keys)."""
+    if hf.get("attention_bias") or hf.get("mlp_bias"):
+        raise ValueError("config.json: attention_bias / mlp_bias are not LLaMA; not supported")
+    rope = dict(hf.get("rope_parameters") or hf.get("rope_scaling") or {})  # 5.x nests theta here
+    theta = hf.get("rope_theta", rope.pop("rope_theta", 10000.0))
+    dim, n_heads = hf["hidden_size"], hf["num_attention_heads"]
+    if hf.get("head_dim", dim // n_heads) != dim // n_heads:
+        raise ValueError(f"config.json: head_dim {hf['head_dim']} != hidden_size / num_heads")
+    cfg = ModelConfig(
+        dim=dim,
+        n_layers=hf["num_hidden_layers"],
+        n_heads=n_heads,
+        n_kv_heads=hf.get("num_key_value_heads", n_heads),
+        vocab_size=hf["vocab_size"],
+        hidden_dim=hf["intermediate_size"],
+        norm_eps=hf.get("rms_norm_eps", 1e-6),
+        rope_theta=theta,
+        rope_scaling=rope or None,
+        max_seq_len=hf.get("max_position_embeddings", 2048),
+        tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
+    )
+    return cfg, hf
+
+
+def _unpermute(w, n_heads, head_dim):
+    # (n_heads * head_dim, dim): per head, rows are [x_0, x_2, ..., x_1, x_3, ...] in HF;
+    # view as (heads, 2, head_dim/2) and swap the last two axes to interleave again
+    return w.view(n_heads, 2, head_dim // 2, -1).transpose(1, 2).reshape(n_heads * head_dim, -1)
+
+
+_HF_NAMES = {
+    "self_attn.q_proj": "attention.wq",
+    "self_attn.k_proj": "attention.wk",
+    "self_attn.v_proj": "attention.wv",
+    "self_attn.o_proj": "attention.wo",
+    "mlp.gate_proj": "feed_forward.w1",
+    "mlp.down_proj": "feed_forward.w2",
+    "mlp.up_proj": "feed_forward.w3",
+    "input_layernorm": "attention_norm",
+    "post_attention_layernorm": "ffn_norm",
+}
+
+
+def _hf_to_meta_name(name):
+    if name == "model.embed_tokens.weight":
+        return "tok_embeddings.weight"
+    if name == "model.norm.weight":
+        return "norm.weight"
+    if name == "lm_head.weight":
+        return "output.weight"
+    if name.startswith("model.layers.") and "rotary_emb" not in name:
+        i, rest = name.removeprefix("model.layers.").split(".", 1)
+        module, suffix = rest.rsplit(".", 1)
+        if module in _HF_NAMES:
+            return f"layers.{i}.{_HF_NAMES[module]}.{suffix}"
+    return None
+
+
+def _iter_hf_tensors(directory):
+    """Yield (name, tensor) one at a time from every weight file, so a conversion (dtype, the
+    wq/wk permutation) never holds a second copy of the whole model."""
+    files = sorted(f for f in os.listdir(directory) if f.endswith(".safetensors"))
+    if files:
+        try:
+            from safetensors import safe_open
+        except ImportError:
+            raise ImportError(
+                "loading .safetensors needs the safetensors package: pip install safetensors"
+            ) from None
+        index = os.path.join(directory, "model.safetensors.index.json")
+        if os.path.exists(index):  # sharded: the index names the shards
+            files = sorted(set(_read_json(index)["weight_map"].values()))
+        for fname in files:
+            path = os.path.join(directory, fname)
+            if not os.path.exists(path):
+                raise FileNotFoundError(f"{path} is named in the index but missing")
+            try:
+                with safe_open(path, framework="pt") as f:
+                    for name in f.keys():
+                        yield name, f.get_tensor(name)
+            except Exception as e:  # safetensors raises its own error types for bad headers
+                if isinstance(e, (FileNotFoundError, ImportError)):
+                    raise
+                raise ValueError(f"{path}: unreadable safetensors file ({e})") from None
+        return
+    files = sorted(
+        f for f in os.listdir(directory) if f.startswith("pytorch_model") and f.endswith(".bin")
+    )
+    if not files:
+        raise FileNotFoundError(f"{directory}: no *.safetensors or pytorch_model*.bin weights")
+    for fname in files:
+        path = os.path.join(directory, fname)
+        try:
+            sd = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+        except RuntimeError as e:
+            raise ValueError(f"{path}: unreadable torch checkpoint ({e})") from None
+        yield from sd.items()
+
+
+def main():
+    import argparse
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    default = os.path.join(here, "..", "shared", "data", "llama2c", "stories260K")
+    p = argparse.ArgumentParser(description="Generate text with a LLaMA checkpoint.")
+    p.add_argument(
+        "--ckpt",
+        default=os.path.join(default, "stories260K.bin"),
+        help="llama2.c .bin/.pt, an HF directory, or a Meta directory (params.json)",
+    )
+    p.add_argument(
+        "--tokenizer",
+        default=os.path.join(default, "tok512.bin"),
+        help="a llama2.c .bin vocabulary or a sentencepiece .model",
+    )
+    p.add_argument("--prompt", default="")
+    p.add_argument("--max_new_tokens", type=int, default=200)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top_k", type=int, default=None)
+    p.add_argument("--seed", type=int, default=1337)
+    args = p.parse_args()
+
+    from data.tokenizer import load_tokenizer  # the only non-torch import, and only here
+
+    torch.manual_seed(args.seed)
+    if os.path.isdir(args.ckpt):
+        is_meta = os.path.exists(os.path.join(args.ckpt, "params.json"))
+        model = (
+            Transformer.from_meta(args.ckpt) if is_meta else Transformer.from_pretrained(args.ckpt)
+        )
+    else:
+        model = Transformer.from_llama2c(args.ckpt)
+    tok = load_tokenizer(args.tokenizer)
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"{n_params:,} parameters; config {asdict(model.config)}")
+    ids = torch.tensor([tok.encode(args.prompt, bos=True)])
+    out = model.generate(ids, args.max_new_tokens, args.temperature, args.top_k)
+    print(tok.decode(out[0].tolist()))
+
+
+if __name__ == "__main__":
+    main()
