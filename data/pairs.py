@@ -1,0 +1,177 @@
+"""
+Preference pairs: reading them, tokenizing them, storing them compactly, batching them.
+
+One format: JSON Lines (optionally .gz) with rows {"prompt": str, "chosen": str, "rejected": str},
+where chosen and rejected are the two responses to the prompt. HH-RLHF's rows {"chosen",
+"rejected"} (two full dialogues) are accepted too and split by `split_dialogue`.
+
+Bad rows (invalid JSON, missing keys, non-string values, empty responses, chosen == rejected)
+are reported with file and line. strict=True stops at the first; strict=False skips them and
+counts them per reason. Nothing is dropped silently.
+
+Tokenization: prompt = BOS + prompt tokens; each response = response tokens + EOS, so the reward
+head reads a real end-of-sequence token. When prompt + response is longer than max_len we cut
+the prompt from the LEFT first (its end, nearest the response, matters most), because the
+reward is read at the end of the response and must never be cut away. If a response alone is
+longer than max_len, we keep its last max_len tokens (the EOS stays) and drop the prompt; those
+pairs are counted and printed as "response truncated".
+"""
+
+import gzip
+import json
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+ASSISTANT = "\n\nAssistant:"
+
+
+class BadRowError(ValueError):
+    pass
+
+
+def split_dialogue(chosen: str, rejected: str):
+    """HH-RLHF: the prompt is everything up to and including the last "\\n\\nAssistant:" that
+    both dialogues share; the responses are what follows. In the few rows whose earlier turns
+    differ (a handful of HH-RLHF rows), the shared prefix ends at an earlier turn, so the
+    responses carry the differing turns too; prompt + response is still each full dialogue."""
+    n = 0
+    limit = min(len(chosen), len(rejected))
+    while n < limit and chosen[n] == rejected[n]:
+        n += 1
+    cut = chosen.rfind(ASSISTANT, 0, n)  # the last marker wholly inside the shared prefix
+    cut = cut + len(ASSISTANT) if cut >= 0 else 0
+    return chosen[:cut], chosen[cut:], rejected[cut:]
+
+
+def read_pairs(path, strict=True):
+    """Read preference pairs from a .jsonl / .jsonl.gz file.
+    Returns (pairs, skipped) where skipped maps a reason to its count (strict=False)."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    pairs, skipped = [], {}
+    with opener(path, "rt", encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                pairs.append(parse_row(line))
+            except BadRowError as e:
+                if strict:
+                    raise BadRowError(f"{path}:{lineno}: {e}") from None
+                print(f"skipping {path}:{lineno}: {e}")
+                reason = str(e).split(":")[0]
+                skipped[reason] = skipped.get(reason, 0) + 1
+    return pairs, skipped
+
+
+def parse_row(line: str):
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise BadRowError(f"invalid JSON: {e.msg} at column {e.colno}") from None
+    if not isinstance(row, dict):
+        raise BadRowError(f"invalid row: expected a JSON object, got {type(row).__name__}")
+    keys = ("prompt", "chosen", "rejected") if "prompt" in row else ("chosen", "rejected")
+    for k in keys:
+        if k not in row:
+            raise BadRowError(f"missing key: '{k}'")
+        if not isinstance(row[k], str):
+            raise BadRowError(f"non-string value: '{k}' is {type(row[k]).__name__}")
+    if "prompt" in row:
+        prompt, chosen, rejected = row["prompt"], row["chosen"], row["rejected"]
+    else:
+        prompt, chosen, rejected = split_dialogue(row["chosen"], row["rejected"])
+    for k, v in (("chosen", chosen), ("rejected", rejected)):
+        if not v.strip():
+            raise BadRowError(f"empty response: '{k}' is empty")
+    if chosen == rejected:
+        raise BadRowError("identical responses: chosen == rejected")
+    return {"prompt": prompt, "chosen": chosen, "rejected": rejected}
+
+
+def encode_pair(tok, pair, max_len):
+    """-> (prompt_ids, chosen_ids, rejected_ids, response_truncated: bool)."""
+    # a tokenizer with a dummy prefix would turn the response's leading space into a lone "▁";
+    # dropping it reproduces the tokens the joined text would get
+    p = tok.encode(pair["prompt"], bos=True) if pair["prompt"] else [tok.bos_id]
+    c = tok.encode(pair["chosen"].removeprefix(" "), eos=True)
+    r = tok.encode(pair["rejected"].removeprefix(" "), eos=True)
+    longest = max(len(c), len(r))
+    truncated = longest > max_len
+    if truncated:  # keep the end, where the reward is read
+        c, r, p = c[-max_len:], r[-max_len:], []
+    elif len(p) + longest > max_len:
+        p = p[len(p) + longest - max_len :]  # cut the prompt from the left
+    return p, c, r, truncated
+
+
+def write_pairs(path, encoded, vocab_size):
+    """Store pairs as one flat token array plus offsets (N, 4): prompt, chosen, rejected, end."""
+    dtype = np.uint16 if vocab_size <= 65536 else np.uint32
+    offsets, flat, pos = [], [], 0
+    for p, c, r in encoded:
+        offsets.append((pos, pos + len(p), pos + len(p) + len(c), pos + len(p) + len(c) + len(r)))
+        flat.extend(p), flat.extend(c), flat.extend(r)
+        pos = offsets[-1][3]
+    tmp = str(path) + ".tmp.npz"
+    np.savez(tmp, tokens=np.array(flat, dtype=dtype), offsets=np.array(offsets, dtype=np.int64))
+    os.replace(tmp, path)
+
+
+@dataclass
+class Batch:
+    chosen: torch.Tensor  # (B, T) prompt + chosen response, right-padded
+    chosen_mask: torch.Tensor  # (B, T) 1 on real tokens
+    rejected: torch.Tensor
+    rejected_mask: torch.Tensor
+    chosen_response_mask: torch.Tensor  # (B, T) 1 on the chosen response's tokens (LM term)
+    n_tokens: int  # real (non-padding) tokens in the batch
+
+    def to(self, device):
+        for k in ("chosen", "chosen_mask", "rejected", "rejected_mask", "chosen_response_mask"):
+            setattr(self, k, getattr(self, k).to(device, non_blocking=True))
+        return self
+
+
+class PairDataset:
+    """Tokenized pairs written by a data/<name>/prepare.py script."""
+
+    def __init__(self, path):
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{path} not found: run the dataset's prepare.py first")
+        with np.load(path) as f:
+            self.tokens = f["tokens"].astype(np.int64)
+            self.offsets = f["offsets"]
+
+    def __len__(self):
+        return len(self.offsets)
+
+    def __getitem__(self, i):
+        a, b, c, d = self.offsets[i]
+        t = self.tokens
+        return t[a:b], t[b:c], t[c:d]
+
+    def collate(self, indices, pad_id):
+        items = [self[i] for i in indices]
+        T = max(len(p) + max(len(c), len(r)) for p, c, r in items)
+        B = len(items)
+        out = {k: torch.full((B, T), pad_id, dtype=torch.long) for k in ("chosen", "rejected")}
+        masks = {k: torch.zeros(B, T, dtype=torch.long) for k in ("chosen", "rejected", "resp")}
+        for i, (p, c, r) in enumerate(items):
+            for name, resp in (("chosen", c), ("rejected", r)):
+                seq = np.concatenate([p, resp])
+                out[name][i, : len(seq)] = torch.from_numpy(seq)
+                masks[name][i, : len(seq)] = 1
+            masks["resp"][i, len(p) : len(p) + len(c)] = 1
+        n = int(masks["chosen"].sum() + masks["rejected"].sum())
+        return Batch(out["chosen"], masks["chosen"], out["rejected"], masks["rejected"],
+                     masks["resp"], n)  # fmt: skip
+
+
+def length_baseline(pairs):
+    """Accuracy of "the longer response wins" (ties count half, as a coin flip would)."""
+    wins = sum(1.0 if len(p["chosen"]) > len(p["rejected"]) else
+               0.5 if len(p["chosen"]) == len(p["rejected"]) else 0.0 for p in pairs)  # fmt: skip
+    return wins / max(len(pairs), 1)

@@ -1,0 +1,106 @@
+"""data/pairs.py: the pair format, HH-RLHF splitting, truncation, and bad rows."""
+
+import gzip
+import json
+
+import pytest
+from conftest import shared_path
+
+from data.pairs import (
+    BadRowError,
+    PairDataset,
+    encode_pair,
+    length_baseline,
+    read_pairs,
+    split_dialogue,
+    write_pairs,
+)
+
+
+class CharTok:
+    """One id per character (plus BOS=1, EOS=2): lengths are easy to reason about."""
+
+    bos_id, eos_id, pad_id, vocab_size = 1, 2, 0, 300
+
+    def encode(self, text, bos=False, eos=False):
+        return [1] * bos + [ord(c) % 250 + 3 for c in text] + [2] * eos
+
+
+def test_bad_rows_name_file_and_line(tmp_path):
+    rows = [
+        '{"prompt": "p", "chosen": "a", "rejected": "b"}',
+        "{not json",
+        '{"prompt": "p", "chosen": "a"}',
+        '{"prompt": "p", "chosen": 3, "rejected": "b"}',
+        '{"prompt": "p", "chosen": "  ", "rejected": "b"}',
+        '{"prompt": "p", "chosen": "same", "rejected": "same"}',
+        "[1, 2]",
+        '{"chosen": "\\n\\nHuman: hi\\n\\nAssistant: yes", "rejected": "\\n\\nHuman: hi\\n\\nAssistant: no"}',
+    ]
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("\n".join(rows) + "\n")
+    expected = {2: "invalid JSON", 3: "missing key: 'rejected'", 4: "non-string value: 'chosen'",
+                5: "empty response: 'chosen'", 6: "identical responses", 7: "invalid row"}  # fmt: skip
+    with pytest.raises(BadRowError, match=r"pairs\.jsonl:2: invalid JSON"):
+        read_pairs(path, strict=True)
+    pairs, skipped = read_pairs(path, strict=False)
+    assert len(pairs) == 2 and sum(skipped.values()) == len(expected)
+    assert pairs[1] == {
+        "prompt": "\n\nHuman: hi\n\nAssistant:",
+        "chosen": " yes",
+        "rejected": " no",
+    }
+    for lineno, msg in expected.items():  # each one alone, strict, names its line and reason
+        one = tmp_path / f"row{lineno}.jsonl"
+        one.write_text(rows[0] + "\n" + rows[lineno - 1] + "\n")
+        with pytest.raises(BadRowError, match=rf"row{lineno}\.jsonl:2: {msg}"):
+            read_pairs(one, strict=True)
+
+
+def test_split_dialogue_is_lossless_on_hh_rlhf():
+    for sub in ("helpful-base", "harmless-base"):
+        path = shared_path("hh-rlhf", sub, "test.jsonl.gz")
+        with gzip.open(path, "rt") as f:
+            rows = [json.loads(line) for line in f]
+        for r in rows:
+            prompt, c, j = split_dialogue(r["chosen"], r["rejected"])
+            assert prompt + c == r["chosen"] and prompt + j == r["rejected"]
+            assert prompt == "" or prompt.endswith("\n\nAssistant:")
+        pairs, skipped = read_pairs(path, strict=False)
+        assert len(pairs) + sum(skipped.values()) == len(rows)
+
+
+def test_truncation_keeps_the_response_end():
+    tok = CharTok()
+    pair = {"prompt": "abcdefghij", "chosen": " xyz", "rejected": " uv"}
+    p, c, r, trunc = encode_pair(tok, pair, max_len=20)
+    assert (len(p), len(c), len(r), trunc) == (11, 4, 3, False)  # BOS + 10; "xyz" + EOS
+    p, c, r, trunc = encode_pair(tok, pair, max_len=8)  # prompt cut from the left
+    assert p == tok.encode("abcdefghij", bos=True)[-4:] and c[-1] == tok.eos_id and not trunc
+    long = {"prompt": "abc", "chosen": " " + "k" * 30 + "END", "rejected": " no"}
+    p, c, r, trunc = encode_pair(tok, long, max_len=10)
+    assert trunc and p == [] and len(c) == 10 and c[-4:] == tok.encode("END", eos=True)
+
+
+def test_storage_and_collate(tmp_path):
+    tok = CharTok()
+    pairs = [{"prompt": "q" * n, "chosen": " a" * n, "rejected": " bb"} for n in (1, 4, 2)]
+    enc = [encode_pair(tok, p, 64)[:3] for p in pairs]
+    write_pairs(tmp_path / "x.npz", enc, tok.vocab_size)
+    ds = PairDataset(tmp_path / "x.npz")
+    assert len(ds) == 3 and [list(x) for x in ds[1]] == [list(x) for x in enc[1]]
+    b = ds.collate([0, 1, 2], pad_id=0)
+    for i, (p, c, r) in enumerate(enc):
+        assert b.chosen[i, : len(p) + len(c)].tolist() == p + c
+        assert b.chosen_mask[i].sum() == len(p) + len(c)
+        assert b.rejected[i, : len(p) + len(r)].tolist() == p + r
+        assert b.chosen_response_mask[i].nonzero().flatten().tolist() == list(range(len(p), len(p) + len(c)))  # fmt: skip
+    assert b.n_tokens == sum(2 * len(p) + len(c) + len(r) for p, c, r in enc)
+    with pytest.raises(FileNotFoundError, match="prepare.py"):
+        PairDataset(tmp_path / "missing.npz")
+
+
+def test_length_baseline():
+    pairs = [{"chosen": "aaa", "rejected": "a"}, {"chosen": "a", "rejected": "aa"},
+             {"chosen": "ab", "rejected": "cd"}, {"chosen": "abcd", "rejected": "ab"}]  # fmt: skip
+    assert length_baseline(pairs) == pytest.approx((1 + 0 + 0.5 + 1) / 4)
