@@ -260,6 +260,11 @@ def main(argv=None):
     if Head is RewardModel and not rm.backbone.config.tie_embeddings:
         # a plain reward model never uses the LM head: freeze it, or DDP waits for its gradient
         rm.backbone.output.weight.requires_grad_(False)
+    if cfg.center_coef == 0 and not isinstance(rm, LMRegularizedRewardModel):
+        # a constant added to every reward cancels in r_c - r_r, so the head's bias gets a zero
+        # gradient plus float noise, which Adam would blow up into steps of size lr. Centering
+        # (center_coef > 0) is what gives the bias something to learn.
+        rm.value_head.bias.requires_grad_(False)
     rm.to(device).train()
     params = [p for p in rm.parameters() if p.requires_grad]
     groups = [
@@ -342,11 +347,16 @@ def main(argv=None):
             metrics[2].item(),
         )
         if not math.isfinite(tr_loss):
-            msg = (f"loss is {tr_loss} at step {step}: stopping. The last good checkpoint stays at "
-                   f"{ckpt_path}" if os.path.exists(ckpt_path) else "(none was written yet)")  # fmt: skip
+            last = (
+                f"the last good checkpoint stays at {ckpt_path}"
+                if os.path.exists(ckpt_path)
+                else "no checkpoint was written yet"
+            )
+            msg = f"loss is {tr_loss} at step {step}: stopping; {last}"
             raise FloatingPointError(msg)
-        if cfg.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+        # the norm before clipping is logged: it shows instabilities, and it is what the tests use
+        # to check that accumulation scales the gradient right (Adam alone would hide a 4x error)
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip or math.inf).item()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         step += 1
@@ -355,7 +365,17 @@ def main(argv=None):
             dt = time.time() - t0
             tok_s = tokens_seen / dt
             eta = (time.time() - t_start) / (step - start_step) * (cfg.max_iters - step)
-            log(dict(step=step, split="train", loss=tr_loss, acc=tr_acc, lr=lr, tok_per_s=tok_s))
+            log(
+                dict(
+                    step=step,
+                    split="train",
+                    loss=tr_loss,
+                    acc=tr_acc,
+                    lr=lr,
+                    grad_norm=grad_norm,
+                    tok_per_s=tok_s,
+                )
+            )
             if master:
                 print(f"step {step}/{cfg.max_iters} | loss {tr_loss:.4f} | acc {tr_acc:.3f} | "
                       f"lr {lr:.2e} | {tok_s / 1e3:.1f}k tok/s | eta {eta:.0f}s")  # fmt: skip

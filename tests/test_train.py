@@ -1,0 +1,166 @@
+"""train_rm.py: accumulation, DDP, exact resume, kill safety, NaN stop, and that it learns."""
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from conftest import ROOT
+
+import train_rm
+from data.arith.prepare import main as prepare_arith
+
+
+@pytest.fixture(scope="module")
+def arith(tmp_path_factory):
+    d = tmp_path_factory.mktemp("arith")
+    prepare_arith(["--out_dir", str(d), "--n_train", "3000", "--n_val", "300"])
+    return str(d)
+
+
+def run(arith, out, *args):
+    argv = ["--dataset", arith, "--out_dir", str(out), "--eval_pairs", "64", "--log_interval", "1"]
+    return train_rm.main(argv + [str(a) for a in args])
+
+
+def weights(out):
+    return torch.load(os.path.join(out, "ckpt.pt"), weights_only=True)["model"]
+
+
+def max_diff(a, b):
+    return max((a[k].float() - b[k].float()).abs().max().item() for k in a)
+
+
+def test_lr_schedule_is_warmup_then_cosine():
+    cfg = train_rm.TrainConfig(lr=1.0, min_lr=0.1, warmup=10, max_iters=110)
+    lrs = [train_rm.get_lr(s, cfg) for s in range(111)]
+    assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)
+    assert lrs[60] == pytest.approx(0.1 + 0.5 * 0.9)  # half way down the cosine
+    assert lrs[110] == pytest.approx(0.1)
+    assert all(a >= b for a, b in zip(lrs[9:], lrs[10:], strict=False))
+
+
+def test_help_lists_every_option(capsys):
+    with pytest.raises(SystemExit):
+        train_rm.parse_args(["--help"])
+    text = capsys.readouterr().out
+    for f in train_rm.fields(train_rm.TrainConfig):
+        assert f"--{f.name}" in text
+
+
+# Adam divides by sqrt(v) + 1e-8, so an fp32 rounding difference of 1e-10 in a gradient element
+# near zero becomes a step of lr * 1e-2. At a reward-model learning rate (Llama 2 used 1e-5) that
+# stays below 1e-6; the gradient norms, which Adam's scale invariance would hide, are compared too.
+EXACT = ["--lr", 1e-5, "--min_lr", 1e-6, "--warmup", 1, "--eval_interval", 100]
+
+
+def grad_norms(out):
+    rows = [json.loads(r) for r in open(os.path.join(out, "log.jsonl"))]
+    return [r["grad_norm"] for r in rows if r["split"] == "train"]
+
+
+def test_grad_accum_equals_one_big_batch(arith, tmp_path):
+    run(arith, tmp_path / "big", *EXACT, "--max_iters", 5, "--batch_size", 16, "--grad_accum", 1)
+    run(arith, tmp_path / "acc", *EXACT, "--max_iters", 5, "--batch_size", 4, "--grad_accum", 4)
+    assert max_diff(weights(tmp_path / "big"), weights(tmp_path / "acc")) < 1e-6
+    assert grad_norms(tmp_path / "big") == pytest.approx(grad_norms(tmp_path / "acc"), rel=1e-5)
+
+
+def test_lm_regularized_model_trains(arith, tmp_path):
+    res = run(arith, tmp_path, "--max_iters", 3, "--eval_interval", 100, "--lm_coef", 0.5)
+    assert math.isfinite(res["loss"])
+    assert torch.load(tmp_path / "ckpt.pt", weights_only=True)["kind"] == "LMRegularizedRewardModel"
+
+
+def test_ddp_two_processes_equal_one(arith, tmp_path):
+    common = [
+        "--dataset",
+        arith,
+        "--max_iters",
+        "4",
+        "--eval_pairs",
+        "64",
+        "--device",
+        "cpu",
+        "--log_interval",
+        "1",
+    ]
+    common += [str(a) for a in EXACT]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    ddp = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           str(ROOT / "train_rm.py"), *common, "--out_dir", str(tmp_path / "ddp"), "--batch_size", "4"]  # fmt: skip
+    p = subprocess.run(ddp, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "x 2 ranks = 8 pairs/step" in p.stdout
+    run(arith, tmp_path / "one", *EXACT, "--max_iters", 4, "--batch_size", 4, "--grad_accum", 2)  # fmt: skip
+    assert max_diff(weights(tmp_path / "ddp"), weights(tmp_path / "one")) < 1e-6
+    assert grad_norms(tmp_path / "ddp") == pytest.approx(grad_norms(tmp_path / "one"), rel=1e-5)
+
+
+def test_resume_is_bitwise_exact(arith, tmp_path, monkeypatch):
+    common = ["--max_iters", 8, "--eval_interval", 4, "--dropout", 0.1]  # dropout: RNG state too
+    run(arith, tmp_path / "full", *common)
+    save = train_rm.save_checkpoint
+
+    def save_then_stop(path, rm, optimizer, step, *a):
+        save(path, rm, optimizer, step, *a)
+        if step == 4:
+            raise KeyboardInterrupt  # the run is stopped right after its step-4 checkpoint
+
+    monkeypatch.setattr(train_rm, "save_checkpoint", save_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        run(arith, tmp_path / "cut", *common)
+    monkeypatch.setattr(train_rm, "save_checkpoint", save)
+    assert torch.load(tmp_path / "cut" / "ckpt.pt", weights_only=True)["step"] == 4
+    run(arith, tmp_path / "cut", *common, "--resume")
+    a, b = weights(tmp_path / "full"), weights(tmp_path / "cut")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    steps = [json.loads(r)["step"] for r in open(tmp_path / "cut" / "log.jsonl")]
+    assert steps == sorted(steps)  # the resumed log continues, without duplicated rows
+
+
+def test_sigkill_leaves_a_readable_checkpoint(arith, tmp_path):
+    cmd = [sys.executable, str(ROOT / "train_rm.py"), "--dataset", arith, "--out_dir", str(tmp_path),
+           "--max_iters", "100000", "--eval_interval", "1", "--eval_pairs", "8", "--batch_size", "8"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for delay in (4.0, 5.3, 6.1):
+        p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        time.sleep(delay)
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        ckpt = torch.load(tmp_path / "ckpt.pt", weights_only=True)
+        assert ckpt["step"] >= 1 and set(ckpt) >= {"model", "optimizer", "config", "rng"}
+        cmd.append("--resume")  # later runs continue from the surviving checkpoint
+
+
+def test_nan_loss_stops_and_keeps_last_checkpoint(arith, tmp_path, monkeypatch):
+    real = train_rm.pairwise_loss
+    calls = []
+
+    def flaky(name, r_c, r_r, *a):
+        calls.append(1)
+        loss = real(name, r_c, r_r, *a)
+        return loss * float("nan") if len(calls) > 3 else loss  # the 4th training step blows up
+
+    monkeypatch.setattr(train_rm, "pairwise_loss", flaky)
+    monkeypatch.setattr(train_rm, "evaluate", lambda *a, **k: dict(loss=0.0, acc=0.0, chosen=0.0, rejected=0.0, margin=0.0))  # fmt: skip
+    with pytest.raises(FloatingPointError, match="loss is nan at step 3: stopping.*ckpt.pt"):
+        run(arith, tmp_path, "--max_iters", 10, "--eval_interval", 2)
+    assert torch.load(tmp_path / "ckpt.pt", weights_only=True)["step"] == 2
+
+
+def test_short_run_learns(arith, tmp_path):
+    res = run(arith, tmp_path, "--max_iters", 150, "--eval_interval", 150, "--eval_pairs", 300)
+    assert res["acc"] > 0.75, res  # chance is 0.5 and the length baseline about 0.5
+    for f in ("ckpt.pt", "log.jsonl", "curves.png", "reward_hist.png"):
+        assert (tmp_path / f).stat().st_size > 0
+    rows = [json.loads(r) for r in open(tmp_path / "log.jsonl")]
+    assert {"step", "split", "loss", "acc"} <= set(rows[0]) and {r["split"] for r in rows} == {
+        "train",
+        "eval",
+    }
