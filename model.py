@@ -457,9 +457,10 @@ class Transformer(nn.Module):
     def from_pretrained(cls, directory, dtype=torch.float32):
         """A local Hugging Face Llama directory: config.json + safetensors or pytorch_model*.bin."""
         cfg, hf = config_from_hf(_read_json(os.path.join(directory, "config.json")))
-        sd = {}
+        sd, has_score = {}, False
         for name, tensor in _iter_hf_tensors(directory):
             key = _hf_to_meta_name(name)
+            has_score |= name == "score.weight"
             if key is None:  # e.g. rotary_emb.inv_freq in old checkpoints, or a score head
                 continue
             tensor = tensor.to(dtype)
@@ -471,6 +472,10 @@ class Transformer(nn.Module):
             elif key.endswith("attention.wk.weight"):
                 tensor = _unpermute(tensor, cfg.n_kv_heads, cfg.head_dim)
             sd[key] = tensor
+        if has_score and not cfg.tie_embeddings and "output.weight" not in sd:
+            # a *ForSequenceClassification checkpoint has a score head and no lm_head: load its
+            # backbone with a zero LM head, which reward heads never read
+            sd["output.weight"] = torch.zeros(cfg.vocab_size, cfg.dim, dtype=dtype)
         model = cls._from_state_dict(cfg, sd, directory)
         model.hf_config = hf  # heads (e.g. a sequence classifier's score) may need more of it
         return model

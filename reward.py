@@ -1,0 +1,416 @@
+"""
+Reward models: a LLaMA that reads prompt + response and returns one number, and the pairwise
+losses that teach it which of two responses people preferred.
+
+    python reward.py --ckpt out/ckpt.pt --prompt "Once upon a time" --response "there was a cat."
+    python reward.py --ckpt out/ckpt.pt --pairs pairs.jsonl     # accuracy on prompt/chosen/rejected
+    python reward.py --ckpt ../shared/data/llama2c/stories260K/stories260K.bin \
+        --tokenizer ../shared/data/llama2c/stories260K/tok512.bin --prompt "Hi" --response "Hello"
+
+The last one has an untrained (random) head: any model.py checkpoint can be a backbone, and an
+HF LlamaForSequenceClassification directory brings its trained `score` head with it.
+
+    rm = RewardModel.from_backbone_checkpoint(path)   # or .from_config(cfg), .load(saved)
+    r = rm(tokens, attention_mask)                     # (B,), read at each row's last real token
+    r_c, r_r = rm.forward_pair(chosen, chosen_mask, rejected, rejected_mask)  # one backbone call
+    loss = pairwise_loss("logsig", r_c, r_r, margin=None, center_coef=0.0)
+
+Pooling. The reward is the head applied to the hidden state of the last real token (the EOS that
+data/pairs.py appends), found from the attention mask, never from a pad id: when pad == eos
+(LLaMA has no pad token), searching for the pad id finds the EOS itself or a padding token.
+With positions derived from the mask in model.py, left, right and no padding give one reward.
+
+beta. Our seed API passed a `beta` to the LogSig loss, and ColossalChat's LogSigLoss ignores it.
+We drop it: -logsigmoid(beta * (r_c - r_r)) is the beta = 1 loss of a head whose weights are
+multiplied by beta, so beta only rescales the rewards (and the head's effective learning rate),
+which the head learns anyway. The beta that matters is DPO's, where the "reward" is
+beta * log(pi / pi_ref) and the policy cannot rescale it freely.
+"""
+
+import argparse
+import os
+import zipfile
+from dataclasses import asdict
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from model import ModelConfig, Transformer
+
+LOSSES = ("logsig", "logexp", "bce")
+
+
+# ----------------------------------------------------------------------------- heads and pooling
+def new_head(dim, bias=True):
+    """A Linear(dim, 1) scoring head, weights N(0, std=1/(dim+1)) as ColossalChat initialises it.
+
+    Why so small: the final RMSNorm makes |h| about sqrt(dim), so the initial score w.h has a
+    standard deviation near 1/sqrt(dim). Rewards start close to 0 at any width, the first loss
+    is about log 2, and the sigmoid is not saturated before training has begun."""
+    head = nn.Linear(dim, 1, bias=bias)
+    nn.init.normal_(head.weight, mean=0.0, std=1.0 / (dim + 1))
+    if bias:
+        nn.init.zeros_(head.bias)
+    return head
+
+
+def last_real_index(attention_mask):
+    """(B,) index of each row's last real token (the largest t with mask[b, t] = 1), whatever the
+    padding side. A row with no real token gives 0: the caller must not send empty rows."""
+    t = torch.arange(attention_mask.size(1), device=attention_mask.device)
+    return (t * attention_mask.bool()).max(dim=-1).values
+
+
+def apply_head(head, h):
+    """head(h).squeeze(-1) in the head's dtype with autocast off: the head stays fp32 under bf16
+    autocast, since a bf16 reward keeps 8 bits and r_c - r_r of close pairs would round away."""
+    with torch.autocast(h.device.type, enabled=False):
+        return head(h.to(head.weight.dtype)).squeeze(-1)
+
+
+def score_last_token(head, h, attention_mask):
+    """head applied to h (B, T, dim) at each row's last real token (the last column without a
+    mask) -> (B,)."""
+    if attention_mask is None:
+        last = h[:, -1]  # (B, dim)
+    else:
+        last = h[torch.arange(h.size(0), device=h.device), last_real_index(attention_mask)]
+    return apply_head(head, last)  # (B,)
+
+
+def pad_and_concat(a, a_mask, b, b_mask):
+    """Stack two (B, Ta) and (B, Tb) batches into one (2B, max(Ta, Tb)) batch: the shorter is
+    right-padded with token 0 and mask 0, which changes nothing since we pool by the mask."""
+    a_mask = torch.ones_like(a) if a_mask is None else a_mask
+    b_mask = torch.ones_like(b) if b_mask is None else b_mask
+    T = max(a.size(1), b.size(1))
+    pad = lambda x: F.pad(x, (0, T - x.size(1)))  # zeros on the right
+    tokens = torch.cat([pad(a), pad(b)])  # (2B, T)
+    mask = torch.cat([pad(a_mask.long()), pad(b_mask.long())])  # (2B, T)
+    return tokens, mask
+
+
+# ----------------------------------------------------------------------------- losses
+def logsig_loss(r_chosen, r_rejected, margin=None, center_coef=0.0):
+    """Bradley-Terry: mean of -log sigmoid(r_c - r_r - m) + center_coef * mean((r_c + r_r)^2).
+
+    margin m (B,): Llama 2 asks for a larger gap on pairs the annotators rated "significantly
+    better". Centering (Eisenstein et al. 2023) pins the free offset of the rewards near 0: the
+    pairwise loss only sees differences, so without it the rewards can drift anywhere."""
+    diff = r_chosen - r_rejected
+    if margin is not None:
+        diff = diff - margin
+    loss = -F.logsigmoid(diff).mean()
+    if center_coef:
+        loss = loss + center_coef * (r_chosen + r_rejected).pow(2).mean()
+    return loss
+
+
+def logexp_loss(r_chosen, r_rejected):
+    """mean of log(1 + exp(r_r - r_c)): the same function as logsig_loss, written as in
+    ColossalChat. Computed as logaddexp(0, x), which never forms exp(x), so it stays finite at
+    x = 1e4 where torch.log(1 + torch.exp(x)) is inf (and its gradient at x = 0 is exactly 1/2)."""
+    x = r_rejected - r_chosen
+    return torch.logaddexp(torch.zeros_like(x), x).mean()
+
+
+def bce_loss(r_a, r_b, labels):
+    """Binary cross-entropy on the difference: mean of -[y log s + (1 - y) log(1 - s)],
+    s = sigmoid(r_a - r_b), y = 1 when a is preferred (soft labels in [0, 1] are allowed).
+    With y = 1 this is logsig_loss(r_a, r_b); with y = 0 it is logsig_loss(r_b, r_a)."""
+    return F.binary_cross_entropy_with_logits(r_a - r_b, labels.to(r_a.dtype))
+
+
+def accuracy(r_chosen, r_rejected):
+    """Fraction of pairs with r_c > r_r, strictly: a tie is not a correct ranking (a model that
+    gives every response 0 would otherwise be 100% accurate)."""
+    return (r_chosen > r_rejected).float().mean()
+
+
+def pairwise_loss(name, r_chosen, r_rejected, margin=None, center_coef=0.0):
+    """The loss `name` in LOSSES. The margin moves the chosen reward the same way in all three
+    (r_c - m), and centering adds the same penalty, so the three agree on the same inputs."""
+    if name == "logsig":
+        return logsig_loss(r_chosen, r_rejected, margin, center_coef)
+    shifted = r_chosen if margin is None else r_chosen - margin
+    if name == "logexp":
+        loss = logexp_loss(shifted, r_rejected)
+    elif name == "bce":
+        loss = bce_loss(shifted, r_rejected, torch.ones_like(shifted))  # chosen comes first
+    else:
+        raise ValueError(f"unknown loss {name!r}; choose one of {LOSSES}")
+    if center_coef:
+        loss = loss + center_coef * (r_chosen + r_rejected).pow(2).mean()
+    return loss
+
+
+# ----------------------------------------------------------------------------- saving, loading
+def checkpoint_dict(model):
+    """What save() writes: {"kind", "config", "model"}; train_rm adds its own keys beside them."""
+    return {
+        "kind": type(model).__name__,
+        "config": asdict(model.backbone.config),
+        "model": model.state_dict(),
+    }
+
+
+def _read_checkpoint(path, map_location="cpu"):
+    """The {"kind", "config", "model"} dict of a checkpoint, at its top level or nested under
+    "model" (a training checkpoint that also holds an optimizer)."""
+    ckpt = torch.load(path, map_location=map_location, mmap=True, weights_only=True)
+    if isinstance(ckpt, dict) and isinstance(ckpt.get("model"), dict) and "kind" in ckpt["model"]:
+        ckpt = ckpt["model"]
+    if not isinstance(ckpt, dict) or not {"kind", "config", "model"} <= ckpt.keys():
+        found = list(ckpt) if isinstance(ckpt, dict) else type(ckpt).__name__
+        raise ValueError(f"{path}: not a reward checkpoint (need kind/config/model, got {found})")
+    return ckpt
+
+
+def _build(cls, ckpt, source):
+    """Adopt the saved tensors: the backbone through model.py's checks, then the head."""
+    sd = ckpt["model"]
+    is_backbone = lambda k: k.startswith("backbone.")
+    backbone_sd = {k.removeprefix("backbone."): v for k, v in sd.items() if is_backbone(k)}
+    backbone = Transformer._from_state_dict(ModelConfig(**ckpt["config"]), backbone_sd, source)
+    model = cls(backbone)
+    head_sd = {k.split(".", 1)[1]: v for k, v in sd.items() if not is_backbone(k)}
+    model.head.load_state_dict(head_sd)  # strict: a head saved by another class fails loudly
+    return model.eval()
+
+
+def _hf_score_weight(directory):
+    """`score.weight` (num_labels, dim) of an HF *ForSequenceClassification directory, or None."""
+    for name in sorted(os.listdir(directory)):
+        path = os.path.join(directory, name)
+        if name.endswith(".safetensors"):
+            from safetensors import safe_open
+
+            with safe_open(path, framework="pt") as f:
+                if "score.weight" in f.keys():
+                    return f.get_tensor("score.weight")
+        elif name.startswith("pytorch_model") and name.endswith(".bin"):
+            sd = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+            if "score.weight" in sd:
+                return sd["score.weight"]
+    return None
+
+
+class ScalarHeadIO:
+    """Construction, saving and loading shared by every backbone + Linear(dim, 1) model (the two
+    reward models here, critic.Critic). A subclass has `backbone` and a `head` property."""
+
+    @classmethod
+    def from_config(cls, cfg: ModelConfig):
+        """A freshly initialised model (for tests and training from scratch)."""
+        return cls(Transformer(cfg))
+
+    @classmethod
+    def from_backbone_checkpoint(cls, path):
+        """Backbone from any model.py loader: a Meta directory (params.json), an HF directory,
+        or a llama2.c .bin/.pt file. An HF sequence classifier's `score` becomes the head."""
+        score = None
+        if os.path.isdir(path) and os.path.exists(os.path.join(path, "params.json")):
+            backbone = Transformer.from_meta(path)
+        elif os.path.isdir(path):
+            backbone = Transformer.from_pretrained(path)
+            score = _hf_score_weight(path)
+        else:
+            backbone = Transformer.from_llama2c(path)
+        model = cls(backbone)
+        if score is not None:
+            if score.shape != model.head.weight.shape:
+                raise ValueError(f"{path}: score.weight {tuple(score.shape)} is not (1, dim)")
+            with torch.no_grad():  # HF's score has no bias: ours stays 0
+                model.head.weight.copy_(score)
+        return model.eval()
+
+    def save(self, path):
+        """Config and weights in one file, readable with weights_only=True. Written to a
+        temporary file and renamed, so a crash mid-write never leaves a truncated checkpoint."""
+        torch.save(checkpoint_dict(self), str(path) + ".tmp")
+        os.replace(str(path) + ".tmp", path)
+
+    @classmethod
+    def load(cls, path, map_location="cpu"):
+        ckpt = _read_checkpoint(path, map_location)
+        if ckpt["kind"] != cls.__name__:
+            raise ValueError(f"{path} holds a {ckpt['kind']}, not a {cls.__name__}")
+        return _build(cls, ckpt, path)
+
+
+def load_reward_model(path, map_location="cpu"):
+    """RewardModel or LMRegularizedRewardModel, whichever the checkpoint's "kind" names."""
+    ckpt = _read_checkpoint(path, map_location)
+    classes = {c.__name__: c for c in (RewardModel, LMRegularizedRewardModel)}
+    if ckpt["kind"] not in classes:
+        raise ValueError(f"{path}: kind {ckpt['kind']!r} is not one of {list(classes)}")
+    return _build(classes[ckpt["kind"]], ckpt, path)
+
+
+# ----------------------------------------------------------------------------- the models
+class RewardModel(ScalarHeadIO, nn.Module):
+    def __init__(self, backbone: Transformer):
+        super().__init__()
+        self.backbone = backbone
+        self.value_head = new_head(backbone.config.dim).to(backbone.tok_embeddings.weight.device)
+
+    @property
+    def head(self):
+        return self.value_head
+
+    def forward(self, tokens, attention_mask=None):
+        """Rewards (B,) read at each row's last real token (the last column without a mask)."""
+        h = self.backbone.hidden_states(tokens, attention_mask)  # (B, T, dim)
+        return score_last_token(self.value_head, h, attention_mask)
+
+    def forward_pair(self, chosen, chosen_mask, rejected, rejected_mask):
+        """(r_chosen, r_rejected), each (B,), from one backbone call on the 2B rows: half the
+        kernel launches of two calls, and one set of activations for the backward pass."""
+        tokens, mask = pad_and_concat(chosen, chosen_mask, rejected, rejected_mask)  # (2B, T)
+        r = self(tokens, mask)  # (2B,)
+        return r[: chosen.size(0)], r[chosen.size(0) :]
+
+
+class LMRegularizedRewardModel(ScalarHeadIO, nn.Module):
+    """A reward head and the LM head on one LLaMA, after the LLMBook (RUCAIBox) design:
+
+        loss = pairwise_loss(r_c, r_r) + lm_coef * CE(chosen response tokens)
+
+    The LM term keeps the backbone a language model while it learns to score (useful when the
+    reward model later initialises the PPO critic, or doubles as the policy). The published
+    code has three pitfalls, corrected here:
+      1. No pooling: reward_head(last_hidden_state).squeeze(-1) is (B, T), one score per token,
+         and reward0 - reward1 compares token t of one sequence with token t of the other.
+         Corrected: r = reward_head(h[b, last_real_index(mask)[b]]), one number per sequence.
+      2. Label 0: its labels are all 0 ("the chosen is in sent1"), but
+         BCE-with-logits(r1 - r2, 0) = -log sigmoid(r2 - r1) rewards the *rejected* sequence.
+         Corrected: label 1 with the chosen first, i.e. -log sigmoid(r_chosen - r_rejected).
+      3. No shift: CrossEntropy(logits[:, t], ids[:, t]) asks each position to copy its own
+         input token. Corrected: logits[:, t] predict ids[:, t + 1]; the labels are the
+         response tokens only (prompt and padding masked out), averaged over those tokens.
+    """
+
+    def __init__(self, backbone: Transformer):
+        super().__init__()
+        self.backbone = backbone  # its `output` Linear is the LM head
+        dim, device = backbone.config.dim, backbone.tok_embeddings.weight.device
+        self.reward_head = new_head(dim, bias=False).to(device)
+
+    @property
+    def head(self):
+        return self.reward_head
+
+    forward_pair = RewardModel.forward_pair  # scoring a pair is the same as in RewardModel
+
+    def forward(self, tokens, attention_mask=None):
+        """Rewards (B,), pooled as in RewardModel."""
+        h = self.backbone.hidden_states(tokens, attention_mask)  # (B, T, dim)
+        return score_last_token(self.reward_head, h, attention_mask)
+
+    def loss(
+        self,
+        chosen,
+        chosen_mask,
+        rejected,
+        rejected_mask,
+        chosen_response_mask,
+        lm_coef,
+        loss_name="logsig",
+        margin=None,
+        center_coef=0.0,
+    ):
+        """(total loss, stats). chosen_response_mask (B, Tc) is 1 on the chosen response's
+        tokens (prompt and padding 0). One backbone call scores both halves; the LM head runs
+        on the chosen rows only (with a large vocabulary the logits are the costly part)."""
+        B = chosen.size(0)
+        tokens, mask = pad_and_concat(chosen, chosen_mask, rejected, rejected_mask)  # (2B, T)
+        h = self.backbone.hidden_states(tokens, mask)  # (2B, T, dim)
+        r = score_last_token(self.reward_head, h, mask)  # (2B,)
+        r_c, r_r = r[:B], r[B:]
+        rm_loss = pairwise_loss(loss_name, r_c, r_r, margin, center_coef)
+
+        # logits at t predict token t + 1, so drop the last position and the first label
+        logits = self.backbone.output(h[:B, :-1])  # (B, T-1, V)
+        labels = tokens[:B, 1:]  # (B, T-1)
+        target = F.pad(chosen_response_mask.float(), (0, tokens.size(1) - chosen.size(1)))[:, 1:]
+        ce = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), reduction="none")
+        lm_loss = (ce * target.flatten()).sum() / target.sum().clamp(min=1)  # mean per token
+
+        total = rm_loss + lm_coef * lm_loss
+        stats = {
+            "r_chosen": r_c.detach(),
+            "r_rejected": r_r.detach(),
+            "rm_loss": rm_loss.detach(),
+            "lm_loss": lm_loss.detach(),
+            "accuracy": accuracy(r_c, r_r).detach(),
+        }
+        return total, stats
+
+
+# ----------------------------------------------------------------------------- command line
+def _load_for_cli(path):
+    """(model, tokenizer path stored in the checkpoint or None) for a reward checkpoint, or a
+    RewardModel around any backbone checkpoint model.py can read."""
+    if os.path.isfile(path) and zipfile.is_zipfile(path):  # torch.save writes a zip archive
+        ckpt = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+        ckpt = ckpt if isinstance(ckpt, dict) else {}
+        if any(isinstance(d, dict) and "kind" in d for d in (ckpt, ckpt.get("model"))):
+            return load_reward_model(path), ckpt.get("tokenizer")  # else e.g. llama2.c's .pt
+    model = RewardModel.from_backbone_checkpoint(path)
+    print(f"note: {path} is a backbone checkpoint; its head is random unless it had a `score`")
+    return model, None
+
+
+@torch.no_grad()
+def main(argv=None):
+    p = argparse.ArgumentParser(description="Score responses with a reward model.")
+    p.add_argument("--ckpt", required=True, help="a saved reward model, or any backbone")
+    p.add_argument("--tokenizer", default=None, help="default: the path stored in the ckpt")
+    p.add_argument("--prompt", default="")
+    p.add_argument("--response", default=None)
+    p.add_argument("--pairs", default=None, help='JSONL rows {"prompt","chosen","rejected"}')
+    p.add_argument("--batch_size", type=int, default=16)
+    args = p.parse_args(argv)
+    if (args.response is None) == (args.pairs is None):
+        p.error("give exactly one of --response and --pairs")
+
+    from data.pairs import encode_pair, read_pairs  # the tokenization train_rm uses
+    from data.tokenizer import load_tokenizer
+
+    model, stored_tok = _load_for_cli(args.ckpt)
+    if args.tokenizer is None and stored_tok is None:
+        p.error(f"{args.ckpt} names no tokenizer: pass --tokenizer")
+    tok = load_tokenizer(args.tokenizer or stored_tok)
+    max_len = model.backbone.config.max_seq_len
+    if args.response is not None:
+        pair = {"prompt": args.prompt, "chosen": args.response, "rejected": args.response}
+        prompt, response, _, _ = encode_pair(tok, pair, max_len)
+        print(f"reward: {model(torch.tensor([prompt + response])).item():.6f}")
+        return
+    pairs, _ = read_pairs(args.pairs)
+    r_c, r_r = [], []
+    for i in range(0, len(pairs), args.batch_size):
+        chosen, rejected = [], []
+        for pair in pairs[i : i + args.batch_size]:
+            prompt, c, r, _ = encode_pair(tok, pair, max_len)
+            chosen.append(list(prompt) + c), rejected.append(list(prompt) + r)
+        rc, rr = model.forward_pair(*_right_pad(chosen), *_right_pad(rejected))
+        r_c.append(rc), r_r.append(rr)
+    r_c, r_r = torch.cat(r_c), torch.cat(r_r)
+    print(f"{len(pairs)} pairs, accuracy {accuracy(r_c, r_r).item():.4f}")
+    print(f"mean reward chosen {r_c.mean().item():.4f}, rejected {r_r.mean().item():.4f}")
+
+
+def _right_pad(seqs):
+    """Lists of ids -> tokens (B, T), mask (B, T)."""
+    T = max(len(s) for s in seqs)
+    tokens = torch.zeros(len(seqs), T, dtype=torch.long)
+    mask = torch.zeros(len(seqs), T, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        tokens[i, : len(s)], mask[i, : len(s)] = torch.tensor(s), 1
+    return tokens, mask
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,403 @@
+"""reward.py against closed forms, HF's LlamaForSequenceClassification, and stories260K."""
+
+import json
+import math
+
+import pytest
+import torch
+from conftest import shared_path
+
+from model import ModelConfig, Transformer
+from reward import (
+    LMRegularizedRewardModel,
+    RewardModel,
+    accuracy,
+    bce_loss,
+    checkpoint_dict,
+    load_reward_model,
+    logexp_loss,
+    logsig_loss,
+    main,
+    pairwise_loss,
+)
+
+V, EOS = 61, 2
+
+
+def tiny_cfg(**kw):
+    cfg = dict(
+        dim=32, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=V, hidden_dim=64, max_seq_len=64
+    )
+    cfg.update(kw)
+    return ModelConfig(**cfg)
+
+
+def tiny(cls=RewardModel, seed=0, **kw):
+    torch.manual_seed(seed)
+    model = cls.from_config(tiny_cfg(**kw)).eval()
+    with torch.no_grad():  # a head of std 1/(dim+1) gives rewards ~0.2: make errors visible
+        model.head.weight.normal_()
+    return model
+
+
+def pad(seqs, side, pad_id=0, T=None):
+    """Lists of ids -> tokens (B, T) padded on `side` with pad_id, and the mask (B, T)."""
+    T = T or max(len(s) for s in seqs)
+    tokens = torch.full((len(seqs), T), pad_id)
+    mask = torch.zeros(len(seqs), T, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        a = T - len(s) if side == "left" else 0
+        tokens[i, a : a + len(s)], mask[i, a : a + len(s)] = torch.as_tensor(s), 1
+    return tokens, mask
+
+
+def count_backbone_calls(monkeypatch, model):
+    calls, inner = [], model.backbone.hidden_states
+    monkeypatch.setattr(
+        model.backbone,
+        "hidden_states",
+        lambda x, *a, **k: calls.append(x.shape) or inner(x, *a, **k),
+    )
+    return calls
+
+
+# ---------------------------------------------------------------- pooling and padding
+def test_value_head_init():
+    model = RewardModel.from_config(tiny_cfg(dim=256, n_layers=1, hidden_dim=32))
+    w = model.value_head.weight
+    assert w.shape == (1, 256) and torch.equal(model.value_head.bias, torch.zeros(1))
+    assert abs(w.std().item() * 257 - 1) < 0.15  # std 1/(dim+1); 256 draws: ~4.4% noise
+
+
+@torch.no_grad()
+def test_reward_is_padding_invariant_and_pad_eq_eos():
+    model = tiny()
+    torch.manual_seed(1)
+    seqs = [torch.randint(3, V, (n,)).tolist() + [EOS] for n in (9, 4, 13, 1)]
+    alone = torch.stack([model(torch.tensor([s]))[0] for s in seqs])
+    # without a mask the reward is the head at the last position
+    h = model.backbone.hidden_states(torch.tensor([seqs[0]]))
+    assert torch.allclose(alone[0], model.value_head(h[0, -1])[0], atol=1e-6)
+    for side in ("left", "right"):
+        for pad_id in (0, EOS, 17):
+            tokens, mask = pad(seqs, side, pad_id, T=18)
+            diff = (model(tokens, mask) - alone).abs().max().item()
+            assert diff < 1e-5, (side, pad_id, diff)
+    # what reading at "the last token that is not pad_id" would do with pad == eos: it skips
+    # the EOS (and, right-padded, every token equal to EOS) and reads another token
+    tokens, mask = pad(seqs, "right", EOS, T=18)
+    h = model.backbone.hidden_states(tokens, mask)
+    by_id = (torch.arange(18) * (tokens != EOS)).argmax(-1)
+    wrong = model.value_head(h[torch.arange(4), by_id]).squeeze(-1)
+    assert (wrong - alone).abs().max().item() > 1e-2
+
+
+@torch.no_grad()
+def test_forward_pair_is_one_call_equal_to_two(monkeypatch):
+    model = tiny()
+    torch.manual_seed(2)
+    chosen, cmask = pad([torch.randint(3, V, (n,)).tolist() for n in (5, 11)], "right")
+    rejected, rmask = pad([torch.randint(3, V, (n,)).tolist() for n in (8, 3)], "left")
+    ref_c, ref_r = model(chosen, cmask), model(rejected, rmask)
+    calls = count_backbone_calls(monkeypatch, model)
+    r_c, r_r = model.forward_pair(chosen, cmask, rejected, rmask)
+    assert calls == [(4, 11)]  # both halves, padded to the longer one, in one call
+    assert (r_c - ref_c).abs().max() < 1e-5 and (r_r - ref_r).abs().max() < 1e-5
+
+
+# ---------------------------------------------------------------- Hugging Face parity
+@pytest.mark.parametrize("tied", [True, False])
+@torch.no_grad()
+def test_hf_sequence_classification_parity(tmp_path, tied):
+    transformers = pytest.importorskip("transformers", reason="parity tests need transformers")
+    pytest.importorskip("safetensors", reason="parity tests need safetensors")
+    PAD = 0  # HF pools at the rightmost token != pad_token_id: PAD must not occur in the text
+    cfg = transformers.LlamaConfig(
+        hidden_size=64,
+        intermediate_size=112,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=101,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=128,
+        tie_word_embeddings=tied,
+        num_labels=1,
+        pad_token_id=PAD,
+    )
+    torch.manual_seed(0)
+    hf = transformers.LlamaForSequenceClassification(cfg).eval()
+    hf.score.weight.normal_()  # HF initialises it at std 0.02; a unit head shows errors
+    hf.save_pretrained(tmp_path)
+    model = RewardModel.from_backbone_checkpoint(tmp_path)
+    assert torch.equal(model.value_head.weight, hf.score.weight)
+    assert torch.equal(model.value_head.bias, torch.zeros(1))
+
+    seqs = [torch.randint(1, 101, (n,)).tolist() for n in (17, 6, 40, 1)]
+    right, rmask = pad(seqs, "right", PAD)
+    ref = hf(input_ids=right, attention_mask=rmask).logits.squeeze(-1)  # (B,)
+    left, lmask = pad(seqs, "left", PAD)
+    for tokens, mask in ((right, rmask), (left, lmask)):
+        diff = (model(tokens, mask) - ref).abs().max().item()
+        print(f"max |reward - HF| = {diff:.2e}")
+        assert diff < 1e-5
+
+
+# ---------------------------------------------------------------- stories260K
+def test_stories260k_padding_invariance_and_pad_eq_eos():
+    from data.tokenizer import load_tokenizer
+
+    model = RewardModel.from_backbone_checkpoint(
+        shared_path("llama2c", "stories260K", "stories260K.bin")
+    )
+    tok = load_tokenizer(shared_path("llama2c", "stories260K", "tok512.bin"))
+    assert tok.pad_id == tok.eos_id  # the case where pooling by pad id goes wrong
+    torch.manual_seed(0)
+    with torch.no_grad():
+        model.value_head.weight.normal_(std=0.1)  # rewards of order 1
+        texts = [
+            "Once upon a time, there was a little girl named Lily.",
+            "She loved to play.",
+            "The cat sat on the mat and looked at the big red ball for a long time.",
+        ]
+        seqs = [tok.encode(t, bos=True, eos=True) for t in texts]
+        alone = torch.stack([model(torch.tensor([s]))[0] for s in seqs])
+        for side in ("left", "right"):
+            tokens, mask = pad(seqs, side, tok.pad_id)
+            assert (model(tokens, mask) - alone).abs().max().item() < 1e-5, side
+        chosen, cmask = pad(seqs[:2], "right", tok.pad_id)
+        rejected, rmask = pad(seqs[1:], "left", tok.pad_id)
+        r_c, r_r = model.forward_pair(chosen, cmask, rejected, rmask)
+    assert (torch.cat([r_c, r_r]) - alone[[0, 1, 1, 2]]).abs().max().item() < 1e-5
+
+
+# ---------------------------------------------------------------- losses
+RC = torch.tensor([1.0, 0.0, -2.0, 3.0, 0.25])
+RR = torch.tensor([0.0, 0.0, 1.0, 0.5, 0.25])
+
+
+def softplus(x):  # log(1 + e^x) in float64
+    return math.log1p(math.exp(x))
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+def grads(fn, rc=RC, rr=RR, **kw):
+    rc, rr = rc.clone().requires_grad_(), rr.clone().requires_grad_()
+    loss = fn(rc, rr, **kw)
+    loss.backward()
+    return loss.item(), rc.grad, rr.grad
+
+
+def test_logsig_hand_values():
+    assert abs(logsig_loss(torch.tensor([0.0]), torch.tensor([0.0])).item() - math.log(2)) < 1e-7
+    assert abs(logsig_loss(torch.tensor([1.0]), torch.tensor([0.0])).item() - 0.3132617) < 1e-6
+    assert abs(logsig_loss(torch.tensor([0.0]), torch.tensor([3.0])).item() - 3.0485874) < 1e-6
+
+
+@pytest.mark.parametrize("use_margin", [False, True])
+@pytest.mark.parametrize("coef", [0.0, 0.1])
+def test_logsig_loss_and_gradient_closed_form(use_margin, coef):
+    m = torch.tensor([0.5, 0.0, 1.0, -1.0, 2.0]) if use_margin else torch.zeros(5)
+    n = len(RC)
+    loss, g_c, g_r = grads(logsig_loss, margin=m if use_margin else None, center_coef=coef)
+    d = (RC - RR - m).tolist()
+    s = (RC + RR).tolist()
+    expected = sum(softplus(-x) for x in d) / n + coef * sum(x * x for x in s) / n
+    assert abs(loss - expected) < 1e-6
+    # d/dr_c -log sigmoid(d) = -sigmoid(-d); the centering term adds 2 coef (r_c + r_r)
+    exp_c = torch.tensor([-sigmoid(-x) / n + 2 * coef * y / n for x, y in zip(d, s, strict=True)])
+    exp_r = torch.tensor([sigmoid(-x) / n + 2 * coef * y / n for x, y in zip(d, s, strict=True)])
+    assert torch.allclose(g_c, exp_c, atol=1e-7) and torch.allclose(g_r, exp_r, atol=1e-7)
+
+
+def test_logexp_equals_logsig_and_is_stable():
+    torch.manual_seed(0)
+    rc, rr = torch.randn(64) * 5, torch.randn(64) * 5
+    a, b = grads(logsig_loss, rc, rr), grads(logexp_loss, rc, rr)
+    assert abs(a[0] - b[0]) < 1e-6
+    assert torch.allclose(a[1], b[1], atol=1e-7) and torch.allclose(a[2], b[2], atol=1e-7)
+    # differences of 1e4 either way, and a tie: the naive formula overflows, ours does not
+    rc, rr = torch.tensor([1e4, -1e4, 0.0]), torch.zeros(3)
+    assert torch.isinf(torch.log(1 + torch.exp(rr - rc))).any()
+    for fn in (logexp_loss, logsig_loss):
+        loss, g_c, g_r = grads(fn, rc, rr)
+        assert abs(loss - (1e4 + math.log(2)) / 3) < 1e-2, fn.__name__
+        assert torch.allclose(g_c, torch.tensor([0.0, -1 / 3, -0.5 / 3]), atol=1e-7)
+        assert torch.allclose(g_r, -g_c)
+
+
+def test_bce_labels():
+    ones, zeros = torch.ones(5), torch.zeros(5)
+    assert abs(bce_loss(RC, RR, ones) - logsig_loss(RC, RR)) < 1e-6
+    assert abs(bce_loss(RC, RR, zeros) - logsig_loss(RR, RC)) < 1e-6  # flipped labels = swapped
+    labels = torch.tensor([1, 0, 0, 1, 1])  # per pair: which of a, b was preferred
+    per_pair = [softplus(-(a - b) if y else a - b) for a, b, y in zip(RC, RR, labels, strict=True)]
+    assert abs(bce_loss(RC, RR, labels).item() - sum(per_pair) / 5) < 1e-6
+
+
+def test_accuracy_ties_are_wrong():
+    assert accuracy(RC, RR).item() == pytest.approx(2 / 5)  # pairs 0 and 3; ties 1 and 4 lose
+    assert accuracy(torch.zeros(4), torch.zeros(4)).item() == 0.0
+
+
+def test_pairwise_loss_dispatch_agrees():
+    m = torch.tensor([0.5, 0.0, 1.0, -1.0, 2.0])
+    ref = logsig_loss(RC, RR, margin=m, center_coef=0.1)
+    for name in ("logsig", "logexp", "bce"):
+        assert abs(pairwise_loss(name, RC, RR, margin=m, center_coef=0.1) - ref) < 1e-6, name
+    with pytest.raises(ValueError, match="unknown loss 'hinge'"):
+        pairwise_loss("hinge", RC, RR)
+
+
+# ---------------------------------------------------------------- LM-regularized reward model
+PROMPTS = [[1, 5, 9], [1, 7]]
+CHOSEN = [[11, 12, 13, EOS], [14, EOS]]
+REJECTED = [[20, EOS], [21, 22, 23, 24, 25, EOS]]
+
+
+def test_lm_regularized_loss_terms_by_hand(monkeypatch):
+    model = tiny(LMRegularizedRewardModel)
+    chosen, cmask = pad([p + c for p, c in zip(PROMPTS, CHOSEN, strict=True)], "right")
+    rejected, rmask = pad([p + r for p, r in zip(PROMPTS, REJECTED, strict=True)], "right")
+    response = torch.zeros_like(chosen)
+    for i, (p, c) in enumerate(zip(PROMPTS, CHOSEN, strict=True)):
+        response[i, len(p) : len(p) + len(c)] = 1
+    calls = count_backbone_calls(monkeypatch, model)
+    total, stats = model.loss(chosen, cmask, rejected, rmask, response, lm_coef=0.3)
+    assert calls == [(4, 8)]
+
+    # by hand, one unpadded row at a time: response token t is predicted by the logits at t - 1
+    with torch.no_grad():
+        nll = []
+        for p, c in zip(PROMPTS, CHOSEN, strict=True):
+            ids = p + c
+            logp = torch.log_softmax(model.backbone(torch.tensor([ids]))[0], dim=-1)  # (T, V)
+            nll += [-logp[t - 1, ids[t]].item() for t in range(len(p), len(ids))]
+        lm = sum(nll) / len(nll)  # 6 response tokens, prompts excluded
+        r_c = torch.stack(
+            [model(torch.tensor([p + c]))[0] for p, c in zip(PROMPTS, CHOSEN, strict=True)]
+        )
+        r_r = torch.stack(
+            [model(torch.tensor([p + r]))[0] for p, r in zip(PROMPTS, REJECTED, strict=True)]
+        )
+    assert abs(stats["lm_loss"].item() - lm) < 1e-5
+    assert torch.allclose(stats["r_chosen"], r_c, atol=1e-5)
+    assert torch.allclose(stats["r_rejected"], r_r, atol=1e-5)
+    rm = logsig_loss(r_c, r_r).item()
+    assert abs(stats["rm_loss"].item() - rm) < 1e-5
+    assert abs(total.item() - (rm + 0.3 * lm)) < 1e-5
+
+
+def test_lm_regularized_gradients_and_pooling():
+    model = tiny(LMRegularizedRewardModel)
+    chosen, cmask = pad([p + c for p, c in zip(PROMPTS, CHOSEN, strict=True)], "right")
+    rejected, rmask = pad([p + r for p, r in zip(PROMPTS, REJECTED, strict=True)], "right")
+    total, _ = model.loss(chosen, cmask, rejected, rmask, cmask, lm_coef=0.0)
+    total.backward()
+    assert model.reward_head.weight.grad.abs().sum() > 0
+    assert not model.backbone.output.weight.grad.any()  # lm_coef 0: the LM head learns nothing
+    # pooling is RewardModel's: same backbone and head weights, same rewards
+    rm = RewardModel(model.backbone)
+    with torch.no_grad():
+        rm.value_head.weight.copy_(model.reward_head.weight)
+        assert torch.equal(rm(rejected, rmask), model(rejected, rmask))
+
+
+# ---------------------------------------------------------------- saving and loading
+LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 16,
+}
+
+
+@pytest.mark.parametrize("cls", [RewardModel, LMRegularizedRewardModel])
+def test_save_load_roundtrip(tmp_path, cls):
+    model = tiny(cls, tie_embeddings=True, rope_scaling=LLAMA3_ROPE)
+    path = tmp_path / "rm.pt"
+    model.save(path)
+    assert not (tmp_path / "rm.pt.tmp").exists()
+    saved = torch.load(path, weights_only=True)
+    assert saved["kind"] == cls.__name__ and saved["config"]["rope_scaling"] == LLAMA3_ROPE
+    tokens, mask = pad([[1, 4, 9, 16, 25, 36], [1, 8, 27]], "left")
+    ref = model(tokens, mask)
+    # as save() wrote it, nested in a training checkpoint, and beside training keys
+    opt = torch.optim.AdamW(model.parameters())
+    torch.save({"model": checkpoint_dict(model), "optimizer": opt.state_dict()}, tmp_path / "n.pt")
+    torch.save({**checkpoint_dict(model), "tokenizer": "tok.bin", "step": 3}, tmp_path / "t.pt")
+    for p in (path, tmp_path / "n.pt", tmp_path / "t.pt"):
+        for loaded in (cls.load(p), load_reward_model(p)):
+            assert type(loaded) is cls and not loaded.training
+            assert loaded.backbone.output.weight is loaded.backbone.tok_embeddings.weight
+            assert torch.equal(loaded(tokens, mask), ref)
+    other = LMRegularizedRewardModel if cls is RewardModel else RewardModel
+    with pytest.raises(ValueError, match=f"holds a {cls.__name__}, not a {other.__name__}"):
+        other.load(path)
+    torch.save({"step": 1}, tmp_path / "bad.pt")
+    with pytest.raises(ValueError, match="not a reward checkpoint"):
+        load_reward_model(tmp_path / "bad.pt")
+
+
+def test_from_backbone_checkpoint_llama2c_and_meta(tmp_path):
+    torch.manual_seed(0)
+    base = Transformer(tiny_cfg(hidden_dim=None, multiple_of=32, tie_embeddings=True)).eval()
+    sd = base.state_dict()
+    args = {k: getattr(base.config, k) for k in ("dim", "n_layers", "n_heads", "n_kv_heads")}
+    llama2c = {"model": sd, "model_args": dict(args, vocab_size=V, hidden_dim=96, max_seq_len=64)}
+    torch.save(llama2c, tmp_path / "ckpt.pt")
+    meta = tmp_path / "meta"
+    meta.mkdir()
+    torch.save({k: v for k, v in sd.items() if k != "output.weight"}, meta / "consolidated.00.pth")
+    (meta / "params.json").write_text(json.dumps(dict(args, vocab_size=-1, multiple_of=32)))
+    x = torch.randint(0, V, (2, 10))
+    with torch.no_grad():
+        ref = base.hidden_states(x)
+        for path in (tmp_path / "ckpt.pt", meta):
+            model = RewardModel.from_backbone_checkpoint(path)
+            assert (model.backbone.hidden_states(x) - ref).abs().max() < 1e-6, path
+            assert model.value_head.weight.std() < 0.1  # a fresh head: nothing to load
+
+
+# ---------------------------------------------------------------- command line
+def test_command_line(tmp_path, capsys):
+    from data.tokenizer import load_tokenizer
+
+    tok_path = shared_path("llama2c", "stories260K", "tok512.bin")
+    model = RewardModel.from_backbone_checkpoint(
+        shared_path("llama2c", "stories260K", "stories260K.bin")
+    )
+    torch.manual_seed(0)
+    with torch.no_grad():
+        model.value_head.weight.normal_(std=0.1)
+    ckpt = tmp_path / "rm.pt"
+    torch.save({**checkpoint_dict(model), "tokenizer": str(tok_path)}, ckpt)
+    tok = load_tokenizer(tok_path)
+
+    main(["--ckpt", str(ckpt), "--prompt", "Once upon a time", "--response", "there was a cat."])
+    printed = float(capsys.readouterr().out.split("reward:")[1])
+    ids = tok.encode("Once upon a time", bos=True) + tok.encode("there was a cat.", eos=True)
+    with torch.no_grad():
+        assert abs(printed - model(torch.tensor([ids])).item()) < 1e-5
+
+    rows = [
+        {"prompt": "Lily saw a dog.", "chosen": "She smiled.", "rejected": "The sky fell."},
+        {"prompt": "Tom was sad.", "chosen": "His mom hugged him.", "rejected": "Blue."},
+        {"prompt": "", "chosen": "The sun was warm.", "rejected": "sun sun sun"},
+    ]
+    (tmp_path / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    main(["--ckpt", str(ckpt), "--pairs", str(tmp_path / "pairs.jsonl"), "--batch_size", "2"])
+    printed = float(capsys.readouterr().out.split("accuracy")[1].split()[0])
+    wins = 0
+    with torch.no_grad():
+        for r in rows:
+            prompt = tok.encode(r["prompt"], bos=True) if r["prompt"] else [tok.bos_id]
+            c, rj = (
+                torch.tensor([prompt + tok.encode(r[k], eos=True)]) for k in ("chosen", "rejected")
+            )
+            wins += model(c).item() > model(rj).item()
+    assert printed == pytest.approx(wins / 3, abs=1e-4)
