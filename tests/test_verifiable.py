@@ -1,0 +1,392 @@
+"""Tests for verifiable.py: extraction, exact matching, rewards, robustness, real data."""
+
+import ast
+import json
+import re
+import subprocess
+import sys
+import time
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+import verifiable as V
+from verifiable import answers_match, extract_answer, extract_boxed, extract_gsm8k
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def need_data():
+    if not DATA.is_dir():
+        pytest.skip(f"real-data test: {DATA} (../shared/data) absent")
+
+
+def read_jsonl(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+# ------------------------------------------------------------------ extraction
+
+
+def test_gsm8k_extraction_takes_the_last_marker_and_its_line():
+    assert extract_gsm8k("a\n#### 1,000\nmore") == "1,000"
+    assert extract_gsm8k("#### 5\n#### 6") == "6"
+    assert extract_gsm8k("no marker 18") is None
+    assert extract_gsm8k("####   \n") is None
+
+
+def test_boxed_extraction_matches_nested_braces_and_takes_the_last():
+    assert extract_boxed(r"so \boxed{\frac{1}{\sqrt{2}}} done") == r"\frac{1}{\sqrt{2}}"
+    assert extract_boxed(r"\boxed{1} then \boxed{2}") == "2"
+    assert extract_boxed(r"\fbox{7}") == "7"
+    assert extract_boxed(r"$\boxed 18$.") == "18"
+    assert extract_boxed(r"\boxed{\{1,2\}}") == r"\{1,2\}"  # escaped braces do not count
+    assert extract_boxed(r"\boxed{3} and finally \boxed{4") is None  # unclosed last box
+    assert extract_boxed("no box") is None
+    assert extract_boxed(r"\boxed{}") is None
+
+
+def test_answer_tags_and_answer_is():
+    assert V.extract_answer_tag("<answer>1</answer> <answer> 2 </answer>") == "2"
+    assert V.extract_answer_tag("<answer>1") is None
+    assert V.extract_answer_is("So the answer is $18. Next line") == "$18"
+    assert V.extract_answer_is("Final Answer: **42**\nbye") == "42"
+    assert V.extract_answer_is("nothing here") is None
+
+
+def test_extract_answer_order():
+    # a box inside the answer tag wins over the tag's text
+    assert extract_answer(r"<answer>It is \boxed{5}.</answer>") == "5"
+    # the tag confines the search: a box outside it is ignored
+    assert extract_answer(r"\boxed{9} <answer>7</answer>") == "7"
+    assert extract_answer(r"#### 3 and \boxed{4}") == "4"  # boxed before ####
+    assert extract_answer("The answer is 2.\n#### 3") == "3"  # #### before "answer is"
+    assert extract_answer("The answer is 2.") == "2"
+    assert extract_answer("I think 18") is None  # no last-number fallback
+    assert extract_answer(None) is None
+
+
+# ------------------------------------------------------------------ matching
+
+SAME = [
+    ("18", "18."), ("18", "$18"), ("18", "$18.00"), ("18", "18.00"), ("18", "+18"),
+    ("1000", "1,000"), ("1000", "$1,000.00"), ("-5", "\u22125"), ("1500", "1.5e3"),
+    ("1500", r"1.5 \times 10^{3}"), ("0.001", "1E-3"), ("3/4", r"\frac{3}{4}"),
+    ("0.75", r"\dfrac{3}{4}"), ("0.75", r"\tfrac34"), ("0.75", r"\frac34"), (".5", "1/2"),
+    (r"\frac{-3}{4}", r"-\frac{3}{4}"), (r"1\frac{4}{5}", r"\frac95"),
+    (r"137 \frac{1}{2}", "137.5"),
+    (r"\left( 3, \frac{\pi}{2} \right)", r"(3,\frac\pi2)"), (r"10,\!080", "10080"),
+    (r"90^\circ", "90"), (r"90^{\circ}", "90\u00b0"), (r"50\%", "50"), ("50%", "50"),
+    (r"\$18.90", "18.9"), (r"\text{Evelyn}", "Evelyn"), (r"5.4 \text{ cents}", "5.4"),
+    (r"15\mbox{ cm}^2", "15"), ("18 dollars", "18"), (r"\text{(B)}", "B"), ("x=5", "5"),
+    (r"x \in [-2,7]", "[-2, 7]"), ("(-1,6)", r"\left(-1, 6\right)"), ("(3,4]", "( 3 , 4 ]"),
+    ("3, 5, 7", "7,3,5"), (r"\{1\pm\sqrt{5},-2\}", r"-2, 1-\sqrt5, 1+\sqrt{5}"),
+    (r"1 \pm \sqrt{19}", r"1-\sqrt{19}, 1+\sqrt{19}"), (r"\sqrt{12}", r"2\sqrt{3}"),
+    (r"\frac{1}{\sqrt{3}}", r"\frac{\sqrt3}{3}"), (r"11 \sqrt{5} + 11", r"11+11\sqrt5"),
+    (r"12\pi", r"12 \cdot \pi"), (r"\frac{20000}{\pi}", r"20000/\pi"), ("-2 + 7i", "7i-2"),
+    ("(a+5)(b+2)", "a*b+2a+5b+10"), ("x^3+3x-6", "-6 + 3x + x^3"), (r"\pi", "\u03c0"),
+    (r"(-\infty, 2) \cup (3, \infty)", r"(-\infty,2)\cup(3,\infty)"), (r"2\sqrt{-1}", "2i"),
+    (r"\begin{pmatrix} 1/5 \\ -18/5 \end{pmatrix}",
+     r"\begin{pmatrix}\frac15\\-\frac{18}{5}\end{pmatrix}"),
+    (r"\cot x", r"\cot x"), ("204_5", "204_{5}"), ("0", "-0.0"), ("x=5", "5 = x"),
+    ("y = 2x + 3", "2x - y + 3 = 0"), ("5x - 7y + 11z + 4 = 0", "-5x+7y-11z=4"),
+]  # fmt: skip
+
+DIFFERENT = [
+    ("18", "180"), ("18", "-18"), ("18", "17"), ("18", "1.8"), ("18", "1,8"), ("1000", "100"),
+    ("0.75", "0.7"), (r"\frac{3}{4}", r"\frac{4}{3}"), (r"1\frac{4}{5}", r"\frac45"),
+    ("(3,4]", "(3,4)"), ("(1,2)", "(2,1)"), ("(1,2)", "1,2"), ("3, 5, 7", "3, 5"),
+    ("3, 5, 7", "3, 5, 7, 7"), (r"\text{Evelyn}", r"\text{Navin}"), ("50%", "0.5"),
+    (r"\sqrt{2}", r"\sqrt{3}"), (r"2\pi", r"\pi"), ("2k", "2"), ("2k+2", "2k+3"),
+    (r"1 \pm \sqrt{19}", r"1+\sqrt{19}"), ("3R^2", "3r^2"), ("x^{10}", "x^{1}0"),
+    ("-2 + 7i", "-2 - 7i"), ("5 or 6", "5"), ("x=5", "y=5"), ("y=2x+3", "y=2x-3"),
+    ("204_5", "204"), ("i^2", "1"), ("", ""),
+    (r"\begin{pmatrix} 1 \\ 2 \end{pmatrix}", r"\begin{pmatrix} 2 \\ 1 \end{pmatrix}"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("a,b", SAME)
+def test_same_answers_match_both_ways(a, b):
+    assert answers_match(a, b) and answers_match(b, a)
+
+
+@pytest.mark.parametrize("a,b", DIFFERENT)
+def test_different_answers_do_not_match(a, b):
+    assert not answers_match(a, b) and not answers_match(b, a)
+
+
+def test_percent_policy_is_the_number_of_percent():
+    assert answers_match("50%", "50") and answers_match(r"50\%", "50.0")
+    assert not answers_match("50%", "0.5") and not answers_match("0.5%", "50")
+
+
+def test_non_strings_and_overlong_answers_do_not_match():
+    assert not answers_match(None, "1") and not answers_match(18, "18")
+    long = "1" * (V.MAX_ANSWER_CHARS + 1)
+    assert not answers_match(long, long)
+
+
+# ------------------------------------------------------------------ rewards and the model
+
+
+def test_rewards():
+    solution = "Some steps <<2*9=18>>.\n#### 18"
+    assert V.gsm8k_reward("so the answer is $18.", solution) == 1.0
+    assert V.gsm8k_reward("so the answer is 18", "18") == 1.0
+    assert V.gsm8k_reward("so the answer is 180", solution) == 0.0
+    assert V.gsm8k_reward("no answer at all", solution) == 0.0
+    assert V.gsm8k_reward("#### 18", None) == 0.0
+    assert V.math_reward(r"thus $\boxed{\dfrac{3}{4}}$", r"so \boxed{\frac34}") == 1.0
+    assert V.math_reward(r"\boxed{3/4} no wait \boxed{4/3}", "3/4") == 0.0
+
+
+def test_format_reward_and_gate():
+    good = "<think>2+2</think>\n<answer>\\boxed{4}</answer>"
+    assert V.format_reward(good) == 1.0
+    assert V.format_reward("<answer>4</answer><think>x</think>") == 0.0  # order
+    assert V.format_reward("<think>a</think><think>b</think><answer>4</answer>") == 0.0
+    assert V.format_reward("<think>a</think> 4") == 0.0
+    assert V.gated_math_reward(good, "4") == 1.0
+    assert V.gated_math_reward(good, "5") == 0.0
+    assert V.gated_math_reward("\\boxed{4}", "4") == 0.0  # right answer, wrong format: gated
+    # the gate never pays more for a wrong answer in the right format than for nothing
+    assert V.gated_math_reward("<think>" + "x" * 999 + "</think><answer>5</answer>", "4") == 0.0
+
+
+def test_overlong_penalty_is_zero_then_linear_then_minus_one():
+    penalty = V.overlong_penalty(max_length=100, buffer=20)
+    assert penalty("x" * 80, None) == 0.0
+    assert penalty("x" * 90, None) == pytest.approx(-0.5)
+    assert penalty("x" * 100, None) == -1.0 and penalty("x" * 500, None) == -1.0
+    words = V.overlong_penalty(10, 5, length=lambda s: len(s.split()))
+    assert words("a " * 7, None) == pytest.approx(-0.4)
+
+
+class CharTokenizer:
+    def encode(self, text):
+        return [ord(c) for c in text]
+
+    def decode(self, ids):
+        return "".join(chr(i) for i in ids)
+
+
+def test_reward_model_slices_decodes_and_weights():
+    torch = pytest.importorskip("torch")
+    tok = CharTokenizer()
+    prompts, responses = ["Q: 9*2? ", "Q: 1+1? "], ["#### 180", "#### 2"]
+    rows = [tok.encode(p + r) for p, r in zip(prompts, responses, strict=True)]
+    width = max(map(len, rows)) + 3
+    ids = torch.zeros(2, width, dtype=torch.long)
+    mask = torch.zeros(2, width, dtype=torch.long)
+    for b, row in enumerate(rows):
+        ids[b, : len(row)] = torch.tensor(row)
+        mask[b, : len(row)] = 1
+    starts = torch.tensor([len(p) for p in prompts])
+    model = V.VerifiableRewardModel([V.gsm8k_reward, V.format_reward], tok, weights=[2.0, 0.5])
+    assert model.to("cpu") is model and model.eval() is model
+    out = model(ids, attention_mask=mask, response_start=starts, gt_answer=["180", "2"])
+    assert out.shape == (2,) and out.dtype == torch.float32 and out.device == ids.device
+    assert out.tolist() == [2.0, 2.0]
+    # end is exclusive: ending one token early turns "#### 180" into "#### 18"
+    ends = torch.tensor([len(rows[0]) - 1, len(rows[1])])
+    out = model(ids, response_start=starts, response_end=ends, gt_answer=["18", "2"])
+    assert out.tolist() == [2.0, 2.0]
+    assert model(ids, mask, starts, gt_answer=None).tolist() == [0.0, 0.0]
+
+
+def test_reward_model_left_padding_and_int_bounds():
+    torch = pytest.importorskip("torch")
+    tok = CharTokenizer()
+    ids = torch.tensor([[0, 0] + tok.encode("#### 7"), tok.encode("#### 70") + [0]])
+    mask = (ids != 0).long()
+    model = V.VerifiableRewardModel([V.gsm8k_reward], tok)
+    assert model(ids, mask, response_start=0, gt_answer=["7", "70"]).tolist() == [1.0, 1.0]
+    assert model(ids, mask, response_start=2, gt_answer=["7", "70"]).tolist() == [1.0, 0.0]
+
+
+def test_graders_import_without_torch():
+    code = "import sys; sys.modules['torch'] = None; import verifiable as v; "
+    code += "assert v.math_reward(r'\\boxed{1/2}', '0.5') == 1.0"
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
+
+
+# ------------------------------------------------------------------ safety and robustness
+
+
+def test_no_eval_or_exec_in_the_source():
+    tree = ast.parse((ROOT / "verifiable.py").read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            assert node.func.id not in {"eval", "exec", "compile", "__import__"}
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
+            assert not {"os", "subprocess", "pickle"} & set(names)
+
+
+def _timed(fn, *args):
+    start = time.perf_counter()
+    result = fn(*args)
+    assert time.perf_counter() - start < 0.1, (fn.__name__, len(args[0]))
+    return result
+
+
+MB = 1 << 20
+ADVERSARIAL = [
+    "{" * MB, "\\boxed{" * (MB // 7), "\\boxed{" + "{" * MB, "1" * MB, "#### " + "9" * MB,
+    "the answer is " + "1," * (MB // 2), "<answer>" * (MB // 8) + "</answer>",
+    "\\frac{" * (MB // 6), "(" * MB, "answer is " * (MB // 10), "\\sqrt" * (MB // 5),
+]  # fmt: skip
+SHORT_HARD = [
+    "(" * 999, "{" * 999 + "}" * 1, "1e999999", "10^{10^{10^{10}}}", "(x+1)^{400}",
+    "\\sqrt{99999999999999}" * 40, "1e400*" * 160 + "1", "2^{400}" * 100,
+    "(a+b+c+d+e+f+g+h)" * 58, "\\frac{" * 150 + "1", "9" * 1000, "1/0", "\\frac{1}{0}",
+    "\\{" + "1e400*" * 150 + "1,2\\}", "\\pm" * 300, "," * 999, "\\left(" * 160,
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("i", range(len(ADVERSARIAL)))
+def test_megabyte_inputs_return_quickly(i):
+    text = ADVERSARIAL[i]
+    for fn in (extract_answer, extract_boxed, extract_gsm8k, V.extract_answer_tag,
+               V.extract_answer_is, V.format_reward):  # fmt: skip
+        _timed(fn, text)
+    assert _timed(V.math_reward, text, "1") in (0.0, 1.0)
+    assert _timed(V.gsm8k_reward, text, text) in (0.0, 1.0)
+    assert _timed(answers_match, text, text) is False
+
+
+@pytest.mark.parametrize("text", SHORT_HARD)
+def test_hard_answers_return_quickly(text):
+    assert _timed(answers_match, text, text) in (True, False)
+    assert _timed(answers_match, text, "1") in (True, False)
+    assert not answers_match("(" * 999, "(" * 998)
+
+
+def test_every_regex_is_fast_on_adversarial_text():
+    patterns = [v for v in vars(V).values() if isinstance(v, re.Pattern)]
+    patterns += [p for _, p, _ in V._BRACE_ARGS]
+    assert len(patterns) >= 8
+    nasty = ["\\" * 100_000, "1" * 100_000 + "x", "a" * 100_000 + "1", " " * 100_000 + "x",
+             "\\frac" + " " * 100_000, "\\text" + " " * 100_000, "1," * 50_000 + "x",
+             "^" * 100_000, "\\frac{" + "1" * 100_000, "1." * 50_000]  # fmt: skip
+    for pattern in patterns:
+        for text in nasty:
+            start = time.perf_counter()
+            pattern.findall(text)
+            pattern.fullmatch(text)
+            assert time.perf_counter() - start < 0.1, pattern.pattern
+
+
+LATEX_BITS = ["\\frac", "\\dfrac", "\\boxed{", "\\fbox{", "{", "}", "\\sqrt", "^", "_", "12",
+              "0", "-", "+", ".", ",", "\\left(", "\\right)", "(", ")", "[", "]", "\\pm",
+              "\\text{", "\\{", "\\}", "x", "i", "e5", "\\pi", "\\cup", "\\infty", "%", "$",
+              "\\$", "\\!", " ", "####", "<answer>", "</answer>", "<think>", "</think>",
+              "answer is", "\\begin{pmatrix}", "&", "\\\\", "\\end{pmatrix}", "=", "/", "*",
+              "\u2212", "\u03c0", "\u221a", "\\circ", "cm", "\\times", "10"]  # fmt: skip
+latexish = st.lists(st.sampled_from(LATEX_BITS), max_size=40).map("".join)
+anything = st.one_of(st.text(max_size=200), latexish)
+FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@FUZZ
+@given(anything, anything)
+def test_fuzz_public_functions_never_raise(a, b):
+    for fn in (extract_answer, extract_boxed, extract_gsm8k, V.extract_answer_tag,
+               V.extract_answer_is):  # fmt: skip
+        found = _timed(fn, a)
+        assert found is None or (isinstance(found, str) and 0 < len(found) <= 1000)
+    for fn in (V.gsm8k_reward, V.math_reward, V.format_reward, V.gated_math_reward):
+        assert _timed(fn, a, b) in (0.0, 1.0)
+    assert isinstance(V.canonical(a), str)
+    assert _timed(answers_match, a, b) is answers_match(b, a)  # symmetric
+
+
+@FUZZ
+@given(anything)
+def test_fuzz_an_answer_matches_itself_unless_empty(a):
+    assert answers_match(a, a) == bool(V.canonical(a))
+
+
+@FUZZ
+@given(st.integers(-(10**6), 10**6), st.integers(1, 10**4))
+def test_fuzz_fraction_forms(p, q):
+    value = Fraction(p, q)
+    forms = [f"{p}/{q}", f"\\frac{{{p}}}{{{q}}}", f"\\dfrac{{{p}}}{{{q}}}",
+             f"{value.numerator}/{value.denominator}"]  # fmt: skip
+    if 10**8 % value.denominator == 0:  # an exact 8-place decimal, by integer arithmetic
+        digits = str(abs(value.numerator) * (10**8 // value.denominator)).rjust(9, "0")
+        forms.append(("-" if p < 0 else "") + digits[:-8] + "." + digits[-8:])
+    for form in forms:
+        assert answers_match(form, f"{value.numerator}/{value.denominator}"), form
+    assert not answers_match(forms[0], f"{p + 1}/{q}")
+    assert not answers_match(forms[1], f"\\frac{{{p}}}{{{q + 1}}}") or p == 0
+
+
+@FUZZ
+@given(st.integers(-(10**12), 10**12))
+def test_fuzz_integer_forms(n):
+    for form in (f"{n:,}", f"{n}.00", f"${n}", f"{n}.", f"{n} dollars"):
+        assert answers_match(form, str(n)), form
+    for wrong in (n + 1, n - 1, 10 * n if n else 7, -n if n else 1):
+        assert not answers_match(f"{wrong:,}", str(n))
+
+
+# ------------------------------------------------------------------ real data
+
+
+def test_gsm8k_every_solution_extracts_its_own_answer():
+    need_data()
+    rows = read_jsonl(DATA / "gsm8k" / "train.jsonl") + read_jsonl(DATA / "gsm8k" / "test.jsonl")
+    assert len(rows) == 7473 + 1319
+    for row in rows:
+        reference = str(int(row["answer"].split("####")[-1].replace(",", "")))
+        assert answers_match(extract_answer(row["answer"]), reference), row["answer"][-80:]
+        assert V.gsm8k_reward(row["answer"], row["answer"]) == 1.0
+
+
+def test_math500_every_solution_boxes_its_answer():
+    need_data()
+    rows = read_jsonl(DATA / "math500" / "test.jsonl")
+    assert len(rows) == 500
+    for row in rows:
+        assert answers_match(extract_boxed(row["solution"]), row["answer"]), row["unique_id"]
+        assert V.math_reward(row["solution"], row["answer"]) == 1.0
+
+
+# Hand-written algebraic equivalents in the bench that answers_match does not attempt:
+# trigonometric identities, and products of letters written without an operator.
+KNOWN_MISSES = {(r"\cot x", r"\frac{\cos x}{\sin x}"), ("(a+5)(b+2)", "ab + 2a + 5b + 10")}
+
+
+def test_surface_forms_match_and_perturbations_do_not():
+    need_data()
+    sys.path.insert(0, str(ROOT / "bench"))
+    from bench_verifiable import load_cases
+
+    cases = load_cases()
+    for dataset, pairs in cases.items():
+        positives = sum(label for *_, label in pairs)
+        assert positives > 500 and len(pairs) - positives > 500, dataset
+        wrong = [(p[0], p[2]) for p in pairs if answers_match(p[2], p[0]) != p[3]]
+        assert set(wrong) <= KNOWN_MISSES, wrong[:5]
+
+
+def test_responses_with_a_wrong_final_answer_get_nothing():
+    need_data()
+    for row in read_jsonl(DATA / "gsm8k" / "test.jsonl")[:300]:
+        gold = int(row["answer"].split("####")[-1].replace(",", ""))
+        for wrong in (gold + 1, -gold if gold else 1, 10 * gold if gold else 2):
+            # the question's own numbers, a right answer early on, then a wrong final one
+            response = f"{row['question']}\nFirst guess: #### {gold}\nCorrection: #### {wrong}"
+            assert V.gsm8k_reward(response, row["answer"]) == 0.0
+            assert V.gsm8k_reward(f"{row['question']} The answer is {wrong}.", str(gold)) == 0.0
+    for row in read_jsonl(DATA / "math500" / "test.jsonl"):
+        response = f"{row['problem']} \\boxed{{{row['answer']}}} wait, no: \\boxed{{x+17}}"
+        assert V.math_reward(response, row["answer"]) == 0.0
+        assert V.math_reward(row["problem"], row["answer"]) == 0.0  # no answer given

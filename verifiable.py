@@ -1,0 +1,685 @@
+"""
+Verifiable rewards: score a response by checking its final answer, in pure Python.
+
+Reinforcement learning with verifiable rewards (RLVR) needs no learned reward model: pull the
+final answer out of the response and compare it with the reference, exactly. This file does
+both, with nothing but re and fractions, and is safe on any str (no eval, no exec, no regex
+that can backtrack catastrophically, bounded work on megabyte inputs: an answer longer than
+MAX_ANSWER_CHARS counts as no answer, and numbers, powers and radicals have size limits).
+
+    python verifiable.py          # a tiny demo
+
+Extraction order of extract_answer(text), first hit wins:
+  1. the last <answer>...</answer> block; steps 2-4 then run inside it, else its whole text
+  2. the last \\boxed{...} or \\fbox{...} (nested braces matched by a linear scan)
+  3. GSM8K's "#### x"
+  4. "the answer is x" / "answer: x" (last occurrence, up to the end of the line or sentence)
+There is no "last number in the text" fallback on purpose: it rewards responses that merely
+end on the right number, and the policy quickly learns to exploit that.
+
+Matching (answers_match) is exact, not fuzzy. Both answers are brought to a canonical string
+(LaTeX spacing, \\left/\\right, \\text{...}, $, degrees, units after a number removed), then to a
+key: numbers and simple expressions become an exact sum of terms coef * sqrt(n) * symbols
+(coef a Fraction, so 3/4 == \\frac34 == 0.75 and \\frac{1}{\\sqrt3} == \\frac{\\sqrt3}{3});
+tuples and intervals compare element by element with their brackets; bare comma lists, sets
+and "a \\pm b" compare as multisets; an equation L = R compares as L - R up to a constant
+factor, and "x = 5" also matches "5"; anything else compares as its canonical string.
+Percent policy: "%" is a unit and is dropped, so "50%" == "50" == "50\\%" but "50%" != "0.5".
+GSM8K and MATH state a percentage as the number of percent, and accepting 0.5 for 50 would
+also accept a wrong answer that is off by a factor 100.
+"1,000" (groups of three digits) is one thousand, not the list (1, 0).
+Simplifications: no trigonometry or logarithms (compared as strings); i^2 = -1 is the only
+identity applied to symbols; a symbol is one letter or \\pi, so "ab" is a word, not a*b;
+text answers are case-sensitive.
+
+VerifiableRewardModel decodes input_ids[b, start:end] with end exclusive (Python slicing);
+ColossalChat's reward functions decode input_ids[s : e + 1], i.e. treat the end as inclusive.
+"""
+
+import re
+from fractions import Fraction
+from math import gcd
+
+MAX_ANSWER_CHARS = 1000  # longer extracted answers count as no answer; answers_match -> False
+MAX_EXPONENT = 400  # 1e400 is a number; 1e99999 is not parsed (it would be a huge integer)
+MAX_DEPTH = 40  # nesting limit for brackets and the expression parser
+MAX_TERMS = 64  # expanding (a+b)^n past this many terms is refused
+MAX_RADICAND = 10**6  # sqrt(n) is simplified by trial division up to 10^3
+MAX_BITS = 10_000  # bigger numerators or denominators are refused (about 3000 digits)
+
+# ------------------------------------------------------------------ answer extraction
+
+
+def _capped(s):
+    if s is None:
+        return None
+    s = s.strip()
+    return s if 0 < len(s) <= MAX_ANSWER_CHARS else None
+
+
+def _braced(text, i):
+    """Content of the {...} group opening at text[i], by a linear scan; None if unclosed.
+    Escaped braces (\\{ \\}) do not count. The scan stops after MAX_ANSWER_CHARS, which bounds
+    the work on an unbalanced "\\boxed{" in front of a megabyte of text."""
+    depth, j, stop = 0, i, min(len(text), i + MAX_ANSWER_CHARS + 2)
+    while j < stop:
+        c = text[j]
+        if c == "\\":
+            j += 1  # skip the escaped character
+        elif c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return text[i + 1 : j]
+        j += 1
+    return None
+
+
+def extract_boxed(text):
+    """The content of the last \\boxed{...} or \\fbox{...}, or None.
+    Only the last one is looked at (rfind): a wrong final box after a right one is wrong,
+    and an unclosed final box is no answer rather than a reason to look further back."""
+    i = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
+    if i < 0:
+        return None
+    start = i + (6 if text.startswith("\\boxed", i) else 5)
+    rest = text[start : start + 2 * MAX_ANSWER_CHARS]
+    body = rest.lstrip()
+    if body.startswith("{"):
+        return _capped(_braced(body, 0))
+    if len(body) == len(rest) or not body:  # "\boxedx" is some other macro
+        return None
+    return _capped(body[: MAX_ANSWER_CHARS + 1].split(None, 1)[0].split("$", 1)[0])  # \boxed 18
+
+
+def extract_gsm8k(text):
+    """The rest of the line after the last "####" (GSM8K's format), or None."""
+    i = text.rfind("####")
+    if i < 0:
+        return None
+    return _capped(text[i + 4 : i + 4 + MAX_ANSWER_CHARS + 2].split("\n", 1)[0])
+
+
+def _between_last(text, open_tag, close_tag):
+    end = text.rfind(close_tag)
+    start = text.rfind(open_tag, 0, max(end, 0))
+    return None if end < 0 or start < 0 else text[start + len(open_tag) : end]
+
+
+def extract_answer_tag(text):
+    """The content of the last <answer>...</answer> block, or None."""
+    return _capped(_between_last(text, "<answer>", "</answer>"))
+
+
+# rfind on a few spellings rather than a regex: no lower() (which can change string lengths
+# on some Unicode text) and no scan over every match of a megabyte of "answer is answer is".
+_ANSWER_PHRASES = ("answer is", "Answer is", "ANSWER IS", "answer:", "Answer:", "ANSWER:")
+
+
+def extract_answer_is(text):
+    """What follows the last "the answer is" / "answer:", up to the line's or sentence's end."""
+    best, phrase = max((text.rfind(p), p) for p in _ANSWER_PHRASES)
+    if best < 0:
+        return None
+    rest = text[best + len(phrase) : best + len(phrase) + MAX_ANSWER_CHARS + 2]
+    rest = rest.split("\n", 1)[0].split(". ", 1)[0].replace("**", "")
+    return _capped(rest.strip().lstrip(":").rstrip(".").strip())  # the sentence's period
+
+
+def extract_answer(text):
+    """The response's final answer by the order in the module docstring, or None."""
+    if not isinstance(text, str):
+        return None
+    inner = _between_last(text, "<answer>", "</answer>")
+    for extract in (extract_boxed, extract_gsm8k, extract_answer_is):
+        found = extract(text if inner is None else inner)
+        if found is not None:
+            return found
+    return _capped(inner)
+
+
+# ------------------------------------------------------------------ canonical strings
+
+_UNICODE = str.maketrans(
+    {"\u2212": "-", "\u00d7": "*", "\u00b7": "*", "\u00f7": "/", "\u2044": "/", "\u00a0": " ",
+     "\u03c0": "\\pi ", "\u221a": "\\sqrt", "\u221e": "\\infty ", "\u00b1": "\\pm ",
+     "\u222a": "\\cup ", "\u20ac": "", "\u00a3": ""}
+)  # fmt: skip
+_TEXT_CMDS = r"text|textbf|textit|textrm|textnormal|mathrm|mathbf|mathit|mbox"
+_TEXT_SPLIT = re.compile(r"(\\(?:" + _TEXT_CMDS + r")\s*\{|\\.|[{}])", re.S)
+_COMMAND = re.compile(r"\\(?:[a-zA-Z]+|.)", re.S)
+_COMMAND_MAP = {
+    "\\!": "", "\\,": "", "\\;": "", "\\:": "", "\\ ": " ", "\\quad": " ", "\\qquad": " ",
+    "\\left": "", "\\right": "", "\\displaystyle": "", "\\dfrac": "\\frac", "\\tfrac": "\\frac",
+    "\\cfrac": "\\frac", "\\%": "", "\\$": "", "\\{": "\u2983", "\\}": "\u2984",
+    "\\circ": "\u00b0", "\\degree": "\u00b0", "\\cdot": "*", "\\times": "*",
+}  # fmt: skip
+# whitespace goes, except the one space LaTeX needs between a command and a letter: "\cot x"
+_SPACES = re.compile(r"(\\[a-zA-Z]+)\s+(?=[a-zA-Z])|\s+")
+# single-token arguments get braces so \frac34, \frac 3 4 and \frac{3}{4} read the same
+_ARG = r" ?(\\[a-zA-Z]+|[0-9a-zA-Z])"  # one token: a command, a digit or a letter
+_BRACE_ARGS = (  # (only when this is in the string, pattern, replacement)
+    ("\\frac", re.compile(r"\\frac" + _ARG + _ARG), r"\\frac{\1}{\2}"),
+    ("\\frac", re.compile(r"\\frac" + _ARG + r"\{"), r"\\frac{\1}{"),
+    ("\\frac", re.compile(r"\\frac\{([^{}]*)\}" + _ARG), r"\\frac{\1}{\2}"),
+    ("\\sqrt", re.compile(r"\\sqrt" + _ARG), r"\\sqrt{\1}"),
+    ("^", re.compile(r"\^([0-9]+|[a-zA-Z])"), r"^{\1}"),  # x^10 is x^{10} as typed
+    ("_", re.compile(r"_([0-9]+|[a-zA-Z])"), r"_{\1}"),
+)
+_UNIT_WORD = re.compile(r"[a-zA-Z]{2,}(?:\^\{?[23]\}?)?|\^\{?[23]\}?")
+_NOT_UNITS = {"or", "and", "to", "plus", "minus", "times", "over", "pi", "is", "not", "of"}
+_THOUSANDS = re.compile(r"[-+]?[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?")
+
+
+def _unwrap_text(s):
+    """\\text{Evelyn} -> " Evelyn ", in one pass with a stack (nesting is fine)."""
+    out, stack = [], []
+    for piece in _TEXT_SPLIT.split(s):
+        if piece == "{":
+            stack.append("}")
+            out.append("{")
+        elif piece == "}":
+            out.append(stack.pop() if stack else "}")
+        elif piece.startswith("\\") and piece.endswith("{") and len(piece) > 2:
+            stack.append(" ")
+            out.append(" ")
+        else:
+            out.append(piece)
+    return "".join(out)
+
+
+def _drop_units(s):
+    """ "18 dollars" -> "18", "15 cm^2" -> "15": trailing words after a number are units.
+    Needs a space, so "2k" and "5x" stay algebra; "5 or 6" and "x cm" keep their words."""
+    words = s.split()
+    n = len(words)
+    while n > 1 and _UNIT_WORD.fullmatch(words[n - 1]) and words[n - 1] not in _NOT_UNITS:
+        n -= 1
+    head = " ".join(words[:n])
+    bare = _COMMAND.sub("", head)
+    if n == len(words) or not any(c.isdigit() for c in bare) or any(c.isalpha() for c in bare):
+        return s
+    return head
+
+
+def canonical(answer):
+    """The answer as a canonical string: no spacing, delimiters, units or LaTeX noise."""
+    s = answer if answer.isascii() else answer.translate(_UNICODE)
+    if "\\" in s:
+        if "{" in s:
+            s = _unwrap_text(s)
+        s = _COMMAND.sub(lambda m: _COMMAND_MAP.get(m.group(), m.group()), s)
+    s = s.replace("$", "").replace("%", "").replace("^{\u00b0}", "").replace("^\u00b0", "")
+    s = s.replace("\u00b0", "").strip().rstrip(".").strip()
+    if " " in s:
+        s = _drop_units(s)
+    s = _SPACES.sub(lambda m: m.group(1) + " " if m.group(1) else "", s)
+    for trigger, pattern, replacement in _BRACE_ARGS:
+        if trigger in s:
+            s = pattern.sub(replacement, s)
+    if s[1:4] == "\\in" and s[:1].isalpha() and not s[4:5].isalpha():
+        s = s[4:]  # "x\in[-2,7]" -> "[-2,7]"
+    if _THOUSANDS.fullmatch(s):
+        s = s.replace(",", "")
+    if len(s) == 3 and s[0] == "(" and s[2] == ")" and s[1].isalpha():
+        s = s[1]  # multiple choice "(B)" -> "B"
+    return s[1:] if s.startswith("+") else s
+
+
+# ------------------------------------------------------------------ exact expression values
+# A value is a dict {(radicand, symbols): Fraction coefficient}: a sum of terms
+# coef * sqrt(radicand) * x^a * pi^b ..., with radicand square-free and symbols a sorted tuple
+# of (name, power). Equal dicts mean equal expressions; nothing is ever rounded.
+
+_TOKEN = re.compile(
+    r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|\\[a-zA-Z]+|[a-zA-Z]+|\S"
+)
+_NUMBER = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
+_FRACTION = re.compile(r"(?<![0-9])([-+]?)([0-9]*)\\frac\{([0-9]+)\}\{([0-9]+)\}")
+
+
+class _NoValue(Exception):
+    pass
+
+
+def _squarefree(n):
+    """n = out^2 * inside with inside square-free; trial division, so n is capped."""
+    if n > MAX_RADICAND:
+        raise _NoValue
+    out, d = 1, 2
+    while d * d <= n:
+        while n % (d * d) == 0:
+            n //= d * d
+            out *= d
+        d += 1
+    return out, n
+
+
+def _mul_terms(a, b):
+    (ra, sa), (rb, sb) = a, b
+    g = gcd(ra, rb)  # sqrt(ra) * sqrt(rb) = g * sqrt(ra/g * rb/g), still square-free
+    coef, powers = g, dict(sa)
+    for name, p in sb:
+        powers[name] = powers.get(name, 0) + p
+    if "i" in powers:  # the one identity applied to symbols: i^2 = -1
+        coef = -coef if powers["i"] // 2 % 2 else coef
+        powers["i"] %= 2
+    syms = tuple(sorted((k, p) for k, p in powers.items() if p))
+    return coef, ((ra // g) * (rb // g), syms)
+
+
+def _mul(x, y):
+    out = {}
+    for ta, ca in x.items():
+        for tb, cb in y.items():
+            coef, term = _mul_terms(ta, tb)
+            out[term] = out.get(term, 0) + ca * cb * coef
+    out = {t: c for t, c in out.items() if c}
+    if len(out) > MAX_TERMS or any(_bits(c) > MAX_BITS for c in out.values()):
+        raise _NoValue
+    return out
+
+
+def _bits(c):
+    return max(c.numerator.bit_length(), c.denominator.bit_length())
+
+
+def _inverse(x):
+    """1 / x for a single term c*sqrt(r)*syms: (1/(c*r)) * sqrt(r) * syms^-1. Sums refused."""
+    if len(x) != 1:
+        raise _NoValue
+    ((r, syms), c) = next(iter(x.items()))
+    return _mul({(r, ()): Fraction(1) / (c * r)}, {(1, tuple((k, -p) for k, p in syms)): 1})
+
+
+def _const(x):
+    """The rational number x, or raise: only constants can be exponents or radicands."""
+    if not x:
+        return 0
+    if len(x) != 1 or (1, ()) not in x:
+        raise _NoValue
+    return x[(1, ())]
+
+
+class _Parser:
+    """Recursive descent over tokens: sum of products of powers of atoms."""
+
+    def __init__(self, text):
+        self.tokens, self.i, self.depth = _TOKEN.findall(text), 0, 0
+
+    def peek(self):
+        return self.tokens[self.i] if self.i < len(self.tokens) else None
+
+    def take(self, expected=None):
+        token = self.peek()
+        if token is None or (expected is not None and token != expected):
+            raise _NoValue
+        self.i += 1
+        return token
+
+    def sum(self):
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise _NoValue
+        total, sign = {}, 1
+        if self.peek() in ("+", "-"):
+            sign = -1 if self.take() == "-" else 1
+        while True:
+            for term, coef in self.product().items():
+                total[term] = total.get(term, 0) + sign * coef
+            if self.peek() not in ("+", "-"):
+                break
+            sign = -1 if self.take() == "-" else 1
+        self.depth -= 1
+        return {t: c for t, c in total.items() if c}
+
+    def product(self):
+        value = self.power()
+        while self.peek() not in (None, "+", "-", ")", "}"):
+            if self.peek() == "/":
+                self.take()
+                value = _mul(value, _inverse(self.power()))
+                continue
+            if self.peek() == "*":
+                self.take()
+            value = _mul(value, self.power())  # "*" or implicit: 2\pi, (a+5)(b+2)
+        return value
+
+    def power(self):
+        base = self.atom()
+        if self.peek() != "^":
+            return base
+        self.take()
+        n = _const(self.atom())
+        if n.denominator != 1 or abs(n) > MAX_EXPONENT:
+            raise _NoValue
+        n = int(n)
+        if n < 0:
+            base, n = _inverse(base), -n
+        if n * max(map(_bits, base.values()), default=0) > MAX_BITS or (
+            len(base) > 1 and n > MAX_TERMS
+        ):
+            raise _NoValue  # bound the size of the result before computing it
+        out = {(1, ()): 1}
+        while True:  # square and multiply; _mul refuses more than MAX_TERMS terms
+            if n & 1:
+                out = _mul(out, base)
+            n >>= 1
+            if not n:
+                return out
+            base = _mul(base, base)
+
+    def group(self, opener, closer):
+        self.take(opener)
+        value = self.sum()
+        self.take(closer)
+        return value
+
+    def atom(self):
+        token = self.peek()
+        if token in ("(", "{"):
+            return self.group(token, ")" if token == "(" else "}")
+        self.take()
+        if token[0] in "0123456789.":
+            mantissa, _, exponent = token.lower().partition("e")
+            value = Fraction(mantissa) if "." in mantissa else int(mantissa)
+            if exponent:
+                if abs(int(exponent)) > MAX_EXPONENT:
+                    raise _NoValue
+                value *= Fraction(10) ** int(exponent)
+            return {(1, ()): value} if value else {}
+        if token == "\\frac":
+            numerator = self.group("{", "}")
+            return _mul(numerator, _inverse(self.group("{", "}")))
+        if token == "\\sqrt":
+            c = _const(self.group("{", "}"))
+            out, inside = _squarefree(abs(c.numerator) * c.denominator)
+            value = {(inside, ()): Fraction(out, c.denominator)} if c else {}
+            return _mul(value, {(1, (("i", 1),)): 1}) if c < 0 else value
+        if token == "\\pi" or (token.isascii() and token.isalpha() and len(token) == 1):
+            return {(1, ((token, 1),)): 1}
+        raise _NoValue  # words, unknown commands, "=", "_", "!", ...
+
+
+def _value(s):
+    """The exact value of s, or None when s is not a simple expression."""
+    if _NUMBER.fullmatch(s):  # the common cases, without the parser
+        return {(1, ()): Fraction(s) if "." in s else int(s)}
+    m = _FRACTION.fullmatch(s)  # and "1\frac{4}{5}" is the mixed number 9/5, not 1 * 4/5
+    if m:
+        if int(m[4]) == 0:
+            return None
+        value = {
+            (1, ()): (int(m[2] or 0) + Fraction(int(m[3]), int(m[4]))) * (-1 if m[1] == "-" else 1)
+        }
+    else:
+        try:
+            parser = _Parser(s)
+            value = parser.sum()
+        except (_NoValue, ValueError, ZeroDivisionError, OverflowError, RecursionError):
+            return None
+        if parser.peek() is not None or any(_bits(c) > MAX_BITS for c in value.values()):
+            return None
+    return value
+
+
+def _frozen(value):
+    """A value as a sorted tuple; integral coefficients as int so that equal keys also have
+    equal repr (multisets sort by repr)."""
+    return tuple(sorted((t, int(c) if c.denominator == 1 else c) for t, c in value.items() if c))
+
+
+def _equation(s):
+    """ "L=R" as L - R scaled so its largest term has coefficient 1, or None.
+    So 5x-7y+11z+4=0 == -5x+7y-11z=4, and y=2x+3 == 2x-y+3=0."""
+    left, _, right = s.partition("=")
+    lv, rv = _value(left), _value(right)
+    if lv is None or rv is None:
+        return None
+    for t, c in rv.items():
+        lv[t] = lv.get(t, 0) - c
+    lv = {t: c for t, c in lv.items() if c}
+    lead = lv[max(lv)] if lv else 1
+    return _frozen({t: Fraction(c) / lead for t, c in lv.items()})
+
+
+def _assigned(s):
+    """ "x=5" or "5=x" -> "5": the value given to a single variable, else None."""
+    left, eq, right = s.partition("=")
+    if eq and "=" not in right:
+        if len(left) == 1 and left.isascii() and left.isalpha():
+            return right
+        if len(right) == 1 and right.isascii() and right.isalpha():
+            return left
+    return None
+
+
+# ------------------------------------------------------------------ structure and matching
+
+
+def _split_top(s, sep):
+    """Split s on sep where no bracket is open. Brackets of any kind count, so "(3,4]" works."""
+    parts, depth, start, i, n = [], 0, 0, 0, len(s)
+    while i < n:
+        c = s[i]
+        if c in "([{\u2983":
+            depth += 1
+        elif c in ")]}\u2984":
+            depth -= 1
+        elif depth == 0 and s.startswith(sep, i):
+            parts.append(s[start:i])
+            start = i + len(sep)
+            i = start
+            continue
+        i += 1
+    parts.append(s[start:])
+    return parts
+
+
+def _wraps(s):
+    """True when the bracket at s[0] closes at s[-1] (so "(a)(b)" is not one group)."""
+    depth = 0
+    for i, c in enumerate(s):
+        depth += c in "([{\u2983"
+        depth -= c in ")]}\u2984"
+        if depth == 0:
+            return i == len(s) - 1
+    return False
+
+
+def _expand_pm(items):
+    out = []
+    for item in items:
+        a, pm, b = item.partition("\\pm")
+        out.extend([a + "+" + b, a + "-" + b] if pm and "\\pm" not in b else [item])
+    return out
+
+
+def _key(s, depth=0):
+    """A hashable key; two answers match when their keys are equal."""
+    if depth > MAX_DEPTH or not s:
+        return ("str", s)
+    if s.startswith("\\begin{") and s.count("\\end{") == 1:  # matrices: rows of cells
+        body = s[s.find("}") + 1 : s.find("\\end{")]
+        rows = [_split_top(row, "&") for row in body.split("\\\\")]
+        return ("matrix",) + tuple(tuple(_key(c, depth + 1) for c in row) for row in rows)
+    parts = _split_top(s, "\\cup") if "\\cup" in s else [s]
+    if len(parts) > 1:
+        return ("union",) + tuple(_key(p, depth + 1) for p in parts)
+    if s[0] == "\u2983" and s[-1] == "\u2984" and _wraps(s):
+        return _multiset(_split_top(s[1:-1], ","), depth)
+    if s[0] in "([" and s[-1] in ")]" and _wraps(s):
+        items = _split_top(s[1:-1], ",")
+        if len(items) > 1:  # tuples and intervals: order and brackets matter
+            return ("seq", s[0], s[-1]) + tuple(_key(x, depth + 1) for x in items)
+    items = _split_top(s, ",") if "," in s else [s]
+    if len(items) > 1 or s.count("\\pm") == 1:
+        return _multiset(items, depth)
+    if s.count("=") == 1:
+        value = _equation(s)
+        return ("str", s) if value is None else ("eq", value)
+    value = _value(s)
+    return ("str", s) if value is None else ("num", _frozen(value))
+
+
+def _multiset(items, depth):
+    """Bare lists, sets and a \\pm b: order does not matter, repeats do."""
+    return ("set",) + tuple(sorted((_key(x, depth + 1) for x in _expand_pm(items)), key=repr))
+
+
+def answers_match(predicted, reference):
+    """True when the two answer strings denote the same answer (see the module docstring).
+    Never raises: non-str, empty or over-long (> MAX_ANSWER_CHARS) answers do not match."""
+    if not isinstance(predicted, str) or not isinstance(reference, str):
+        return False
+    if len(predicted) > MAX_ANSWER_CHARS or len(reference) > MAX_ANSWER_CHARS:
+        return False
+    a, b = canonical(predicted), canonical(reference)
+    if not a or not b:
+        return False
+    if a == b:
+        return True
+    key_a, key_b = _key(a), _key(b)
+    if key_a == key_b:
+        return True
+    # "x = 5" answers "5": compare the value given to the variable with a plain answer
+    value_a, value_b = _assigned(a), _assigned(b)
+    if value_a is not None and value_b is None:
+        return _key(value_a) == key_b
+    if value_b is not None and value_a is None:
+        return _key(value_b) == key_a
+    return False
+
+
+# ------------------------------------------------------------------ reward functions
+# Every reward function has the signature fn(response: str, gt_answer: str | None) -> float.
+
+
+def _reference(gt_answer, extract):
+    return None if not isinstance(gt_answer, str) else (extract(gt_answer) or gt_answer.strip())
+
+
+def _accuracy(response, reference):
+    predicted = extract_answer(response)
+    return 1.0 if predicted is not None and answers_match(predicted, reference) else 0.0
+
+
+def gsm8k_reward(response, gt_answer):
+    """1.0 if the response's answer matches; gt_answer is "18" or a whole "... #### 18" solution."""
+    return _accuracy(response, _reference(gt_answer, extract_gsm8k))
+
+
+def math_reward(response, gt_answer):
+    """1.0 if the response's answer matches; gt_answer is the answer or a \\boxed{} solution."""
+    return _accuracy(response, _reference(gt_answer, extract_boxed))
+
+
+_TAGS = ("<think>", "</think>", "<answer>", "</answer>")
+
+
+def format_reward(response, gt_answer=None):
+    """1.0 when each of <think> </think> <answer> </answer> occurs exactly once, in that order."""
+    if not isinstance(response, str) or any(response.count(t) != 1 for t in _TAGS):
+        return 0.0
+    positions = [response.find(t) for t in _TAGS]
+    return 1.0 if positions == sorted(positions) else 0.0
+
+
+def format_gated(accuracy_fn):
+    """accuracy if the format is right, else 0: a gate, not a bonus. An added format reward
+    pays a long wrong answer in the right tags more than a short right one without them
+    (allenai/open-instruct#659)."""
+
+    def gated(response, gt_answer):
+        return accuracy_fn(response, gt_answer) if format_reward(response) else 0.0
+
+    gated.__name__ = f"format_gated_{getattr(accuracy_fn, '__name__', 'reward')}"
+    return gated
+
+
+gated_math_reward = format_gated(math_reward)
+
+
+def overlong_penalty(max_length, buffer, length=len):
+    """DAPO's soft over-length penalty as a reward function: 0 up to max_length - buffer,
+    then linear down to -1 at max_length, -1 beyond. length() measures the response
+    (characters by default; pass lambda s: len(tok.encode(s)) to count tokens)."""
+    if buffer <= 0:
+        raise ValueError("buffer must be positive")
+
+    def penalty(response, gt_answer=None):
+        return min(0.0, max(-1.0, (max_length - buffer - length(response)) / buffer))
+
+    return penalty
+
+
+# ------------------------------------------------------------------ drop-in reward model
+
+
+class VerifiableRewardModel:
+    """Weighted sum of reward functions over decoded responses, shaped like a reward model:
+    __call__ returns a float tensor (B,) on input_ids' device; to() and eval() do nothing.
+
+    Row b's response is input_ids[b, start:end], end exclusive. response_start/end are an
+    int, or one int per row (list or tensor); start defaults to 0, end to one past the last
+    1 in attention_mask (or the row's length without a mask). gt_answer is a list of str, one
+    per row, or None (the functions then get None)."""
+
+    def __init__(self, reward_fns, tokenizer, weights=None):
+        self.reward_fns = list(reward_fns)
+        self.tokenizer = tokenizer
+        self.weights = [1.0] * len(self.reward_fns) if weights is None else list(weights)
+        if len(self.weights) != len(self.reward_fns):
+            raise ValueError("need one weight per reward function")
+
+    @staticmethod
+    def _per_row(value, batch):
+        values = value.tolist() if hasattr(value, "tolist") else value  # tensors, arrays
+        if isinstance(values, (int, float)):
+            return [int(values)] * batch
+        return [int(v) for v in values]
+
+    def __call__(
+        self, input_ids, attention_mask=None, response_start=None, response_end=None,
+        gt_answer=None,
+    ):  # fmt: skip
+        import torch  # lazily: the graders above work without torch
+
+        batch, length = input_ids.shape
+        starts = self._per_row(0 if response_start is None else response_start, batch)
+        if response_end is None and attention_mask is not None:
+            positions = torch.arange(1, length + 1, device=attention_mask.device)
+            response_end = (attention_mask.ne(0) * positions).amax(dim=1)
+        ends = self._per_row(length if response_end is None else response_end, batch)
+        rewards = []
+        for b in range(batch):
+            text = self.tokenizer.decode(input_ids[b, starts[b] : ends[b]].tolist())
+            gt = None if gt_answer is None else gt_answer[b]
+            rewards.append(
+                sum(w * fn(text, gt) for w, fn in zip(self.weights, self.reward_fns, strict=True))
+            )
+        return torch.tensor(rewards, dtype=torch.float32, device=input_ids.device)
+
+    def to(self, *args, **kwargs):
+        return self
+
+    def eval(self):
+        return self
+
+
+def main():
+    pairs = [("$1,000.", "1000"), (r"\dfrac{3}{4}", "0.75"), (r"\frac34", "3/4"),
+             (r"\left( 3, \frac{\pi}{2} \right)", r"(3,\frac\pi2)"),
+             (r"\text{Evelyn}", "Evelyn"), (r"11\sqrt5 + 11", r"11 + 11 \sqrt{5}"),
+             (r"\frac{1}{\sqrt3}", r"\frac{\sqrt{3}}{3}"), ("y = 2x + 3", "2x - y + 3 = 0"),
+             (r"50\%", "50"), ("50%", "0.5"), ("18", "180"), ("(3,4]", "(3,4)")]  # fmt: skip
+    for predicted, reference in pairs:
+        print(f"{predicted!r:>40} vs {reference!r:<28} -> {answers_match(predicted, reference)}")
+    response = "<think>2 + 2 = 4</think> <answer>The answer is \\boxed{4}.</answer>"
+    print(f"extract_answer -> {extract_answer(response)!r}, gated reward ->",
+          gated_math_reward(response, "4"))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
