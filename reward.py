@@ -91,6 +91,40 @@ def pad_and_concat(a, a_mask, b, b_mask):
     return tokens, mask
 
 
+def packed_attention_mask(segments):
+    """(B, T, T) bool, True where a query may attend to a key, for rows packed by
+    data/pairs.pack_pairs; segments (B, T): 0 prompt, 1 chosen, 2 rejected, -1 padding.
+
+               keys:  P P P C C R R .
+        queries:  P   x
+                  P   x x
+                  P   x x x
+                  C   x x x x
+                  C   x x x x x
+                  R   x x x     x            the rejected response sees the prompt and
+                  R   x x x     x x          itself, never the chosen response
+                  .   x x x         x        padding sees itself: no row is empty (NaN)
+
+    Causal, and a key outside the prompt only for queries of its own segment. Padding comes
+    last in a row, so real queries never see it; its outputs are never read."""
+    T = segments.size(1)
+    causal = torch.ones(T, T, dtype=torch.bool, device=segments.device).tril()  # (T, T)
+    q, k = segments[:, :, None], segments[:, None, :]  # (B, T, 1), (B, 1, T)
+    return causal & ((k == 0) | (k == q))  # (B, T, T)
+
+
+def packed_block_mask(segments):
+    """packed_attention_mask as a FlexAttention BlockMask (for CUDA): blocks that no query may
+    see, the upper triangle and rejected x chosen, are skipped instead of computed and masked."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    def mask_mod(b, h, q, k):
+        return (k <= q) & ((segments[b, k] == 0) | (segments[b, k] == segments[b, q]))
+
+    B, T = segments.shape
+    return create_block_mask(mask_mod, B, None, T, T, device=segments.device)
+
+
 # ----------------------------------------------------------------------------- losses
 def logsig_loss(r_chosen, r_rejected, margin=None, center_coef=0.0):
     """Bradley-Terry: mean of -log sigmoid(r_c - r_r - m) + center_coef * mean((r_c + r_r)^2).
@@ -271,6 +305,20 @@ class RewardModel(ScalarHeadIO, nn.Module):
         r = self(tokens, mask)  # (2B,)
         return r[: chosen.size(0)], r[chosen.size(0) :]
 
+    def forward_pair_packed(
+        self, tokens, segments, positions, chosen_end, rejected_end, flex=False
+    ):
+        """(r_chosen, r_rejected), each (B,), from rows [prompt | chosen | rejected] packed by
+        data/pairs.pack_pairs: the prompt the two responses share runs once, not twice. The
+        mask and positions make each token see what it sees in its plain sequence, so the
+        rewards equal forward_pair's. flex=True uses FlexAttention (CUDA) for the mask."""
+        mask = packed_block_mask(segments) if flex else packed_attention_mask(segments)
+        real = segments >= 0  # padding is skipped by the backbone's unpadding
+        h = self.backbone.hidden_states(tokens, real, positions=positions, attn_mask=mask)
+        rows = torch.arange(tokens.size(0), device=tokens.device)
+        r_c = apply_head(self.value_head, h[rows, chosen_end])  # (B,)
+        return r_c, apply_head(self.value_head, h[rows, rejected_end])
+
 
 class LMRegularizedRewardModel(ScalarHeadIO, nn.Module):
     """A reward head and the LM head on one LLaMA, after the LLMBook (RUCAIBox) design:
@@ -334,8 +382,13 @@ class LMRegularizedRewardModel(ScalarHeadIO, nn.Module):
         logits = self.backbone.output(h[:B, :-1])  # (B, T-1, V)
         labels = tokens[:B, 1:]  # (B, T-1)
         target = F.pad(chosen_response_mask.float(), (0, tokens.size(1) - chosen.size(1)))[:, 1:]
-        ce = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), reduction="none")
-        lm_loss = (ce * target.flatten()).sum() / target.sum().clamp(min=1)  # mean per token
+        ce = F.cross_entropy(logits.transpose(1, 2).float(), labels, reduction="none")  # (B, T-1)
+        # mean over each response's tokens, then over pairs: every pair weighs the same, as in
+        # the pairwise term. A mean over all tokens of the batch would make micro-batches (and
+        # DDP ranks) with fewer tokens count more: gradient accumulation would no longer equal
+        # one big batch (the bug Hugging Face's Trainer fixed in late 2024).
+        per_seq = (ce * target).sum(1) / target.sum(1).clamp(min=1)  # (B,)
+        lm_loss = per_seq.mean()
 
         total = rm_loss + lm_coef * lm_loss
         stats = {

@@ -271,12 +271,13 @@ def test_lm_regularized_loss_terms_by_hand(monkeypatch):
 
     # by hand, one unpadded row at a time: response token t is predicted by the logits at t - 1
     with torch.no_grad():
-        nll = []
+        per_pair = []
         for p, c in zip(PROMPTS, CHOSEN, strict=True):
             ids = p + c
             logp = torch.log_softmax(model.backbone(torch.tensor([ids]))[0], dim=-1)  # (T, V)
-            nll += [-logp[t - 1, ids[t]].item() for t in range(len(p), len(ids))]
-        lm = sum(nll) / len(nll)  # 6 response tokens, prompts excluded
+            nll = [-logp[t - 1, ids[t]].item() for t in range(len(p), len(ids))]
+            per_pair.append(sum(nll) / len(nll))  # response tokens only, prompt excluded
+        lm = sum(per_pair) / len(per_pair)  # each pair weighs the same
         r_c = torch.stack(
             [model(torch.tensor([p + c]))[0] for p, c in zip(PROMPTS, CHOSEN, strict=True)]
         )

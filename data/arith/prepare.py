@@ -4,15 +4,15 @@ The built-in default dataset: arithmetic preference pairs, labelled by verifiabl
     python data/arith/prepare.py                 # writes data/arith/{tok.model,train.npz,val.npz,meta.json}
     python data/arith/prepare.py --n_train 20000 --max_operand 99
 
-Each prompt asks for a sum or difference of two small numbers; the chosen response states the
-right result and the rejected one a close wrong result (off by 1 or 2, or by 10, or with two digits
-swapped), in the same phrasing. The labels come from verifiable.gsm8k_reward, never from how the
+Each prompt asks for a sum or difference of two one-digit numbers; the chosen response states
+the right result and the rejected one a close wrong result (off by 1 or 2, or by 10, or with two
+digits swapped), in the same phrasing. Val pairs never occur in train (the facts do: 200 of them). The labels come from verifiable.gsm8k_reward, never from how the
 text was built, and every pair is checked: chosen scores 1, rejected 0.
 
 Why this data: a reward model can only learn it by reading the numbers and doing the arithmetic.
 Chosen and rejected have the same words and almost always the same length, so surface cues do not
 help: the script prints the "longer response wins" baseline, which stays near 0.5. A tiny LLaMA
-learns it from scratch on a laptop CPU in a few minutes.
+learns it from scratch on a laptop CPU in a few minutes (with the LM term: see train_rm.py).
 """
 
 import argparse
@@ -64,19 +64,27 @@ def main(argv=None):
     p.add_argument("--out_dir", default=HERE)
     p.add_argument("--n_train", type=int, default=20000)
     p.add_argument("--n_val", type=int, default=1000)
-    p.add_argument("--max_operand", type=int, default=49)
+    p.add_argument("--max_operand", type=int, default=9)
     p.add_argument("--vocab_size", type=int, default=320)
     p.add_argument("--max_len", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
 
     rng = random.Random(args.seed)
-    pairs = [make_pair(rng, args.max_operand) for _ in range(args.n_train + args.n_val)]
+    val = [make_pair(rng, args.max_operand) for _ in range(args.n_val)]
+    # held-out means unseen: no val pair (prompt, chosen, rejected) ever appears in train. The
+    # arithmetic facts themselves do recur: the model is tested on new pairs over known facts.
+    seen, train = {tuple(p.values()) for p in val}, []
+    while len(train) < args.n_train:
+        p = make_pair(rng, args.max_operand)
+        if tuple(p.values()) not in seen:
+            train.append(p)
+    pairs = train + val
     os.makedirs(args.out_dir, exist_ok=True)
     texts = (p[k] for p in pairs for k in ("prompt", "chosen", "rejected"))
     tok_path = train_sentencepiece(texts, os.path.join(args.out_dir, "tok.model"), args.vocab_size)
     tok = SentencePieceTokenizer(tok_path)
-    splits = {"train": pairs[: args.n_train], "val": pairs[args.n_train :]}
+    splits = {"train": train, "val": val}
     for split, rows in splits.items():
         encoded = [encode_pair(tok, r, args.max_len)[:3] for r in rows]
         path = os.path.join(args.out_dir, f"{split}.npz")
