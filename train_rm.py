@@ -3,7 +3,8 @@ Train a reward model on preference pairs: one readable loop, CPU or GPUs.
 
     python train_rm.py                                   # built-in arithmetic pairs, laptop CPU, minutes
     python train_rm.py --help                            # every option with its default
-    python train_rm.py --dataset hh_rlhf/helpful-base --init ../shared/data/llama2c/stories260K/stories260K.bin
+    python data/hh_rlhf/prepare.py --src ../shared/data/hh-rlhf/helpful-base/test.jsonl.gz --tokenizer ../shared/data/llama2c/stories260K/tok512.bin --out_dir data/hh_rlhf/helpful-tok512
+    python train_rm.py --dataset hh_rlhf/helpful-tok512 --init ../shared/data/llama2c/stories260K/stories260K.bin
     torchrun --standalone --nproc_per_node=8 train_rm.py --model small --batch_size 16
     torchrun --nnodes=2 --nproc_per_node=8 --rdzv_backend=c10d --rdzv_endpoint=HOST:29500 train_rm.py
 
@@ -173,31 +174,29 @@ def save_checkpoint(path, rm, optimizer, step, cfg, meta):
 
 
 def plot(out_dir, rewards):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    # matplotlib's object API: no pyplot and no backend switch, so a notebook that calls
+    # main() keeps showing its own figures
+    from matplotlib.figure import Figure
 
     with open(os.path.join(out_dir, "log.jsonl")) as f:
         rows = [json.loads(line) for line in f]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
-    for ax, key in zip(axes, ("loss", "acc"), strict=True):
+    fig = Figure(figsize=(10, 3.5))
+    for ax, key in zip(fig.subplots(1, 2), ("loss", "acc"), strict=True):
         for split, style in (("train", "-"), ("eval", "o-")):
             pts = [(r["step"], r[key]) for r in rows if r["split"] == split]
             if pts:
                 ax.plot(*zip(*pts, strict=True), style, label=split, alpha=0.8)
         ax.set_xlabel("step"), ax.set_title(key), ax.legend(), ax.grid(alpha=0.3)
-    fig.tight_layout(), fig.savefig(os.path.join(out_dir, "curves.png"), dpi=100), plt.close(fig)
-    fig, ax = plt.subplots(figsize=(5, 3.5))
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "curves.png"), dpi=100)
+    fig = Figure(figsize=(5, 3.5))
+    ax = fig.subplots()
     bins = torch.linspace(rewards.min().item(), rewards.max().item(), 40).tolist()
     ax.hist(rewards[:, 0].tolist(), bins=bins, alpha=0.6, label="chosen")
     ax.hist(rewards[:, 1].tolist(), bins=bins, alpha=0.6, label="rejected")
     ax.set_xlabel("reward"), ax.set_title("held-out rewards"), ax.legend()
-    (
-        fig.tight_layout(),
-        fig.savefig(os.path.join(out_dir, "reward_hist.png"), dpi=100),
-        plt.close(fig),
-    )
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "reward_hist.png"), dpi=100)
 
 
 def dataset_dir(name):

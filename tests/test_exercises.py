@@ -1,0 +1,90 @@
+"""exercises/: every solution passes its checker, every blank template fails it, and the checker
+gives the advertised hint for the classic mistakes."""
+
+import subprocess
+import sys
+import types
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "exercises"))
+import check  # exercises/check.py
+
+NAMES = list(check.EXERCISES)
+
+
+def test_every_exercise_has_a_template_and_a_solution():
+    for name in NAMES:
+        assert (ROOT / "exercises" / f"{name}.py").is_file(), name
+        assert (ROOT / "exercises" / "solutions" / f"{name}.py").is_file(), name
+    assert len(NAMES) >= 5
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_solution_passes(name):
+    passed, message = check.check(check.load(ROOT / "exercises" / "solutions" / f"{name}.py"), name)
+    assert passed, message
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_blank_template_fails(name):
+    path = ROOT / "exercises" / f"{name}.py"
+    assert "TODO" in path.read_text()
+    passed, message = check.check(check.load(path), name)
+    assert not passed and message.startswith("not implemented yet"), message
+
+
+def mistake(**functions):
+    return types.SimpleNamespace(**functions)
+
+
+@pytest.mark.parametrize(
+    "name, module, hint",
+    [
+        ("ex1", mistake(last_real_index=lambda m: m.long().sum(-1) - 1), "with left padding"),
+        (
+            "ex1",
+            mistake(last_real_index=lambda m: torch.full((len(m),), m.size(1) - 1)),
+            "last column",
+        ),  # fmt: skip
+        (
+            "ex2",
+            mistake(
+                logsig_loss=lambda c, r, m=None: (
+                    -torch.log(torch.sigmoid(c - r - (0 if m is None else m))).mean()
+                )
+            ),
+            "logsigmoid",
+        ),  # fmt: skip
+        ("ex2", mistake(logsig_loss=lambda c, r, m=None: -F.logsigmoid(r - c).mean()), "swapped"),
+        ("ex3", mistake(apply_rope=check._rotate_half), "rotate_half"),
+        (
+            "ex4",
+            mistake(gae=lambda r, v, m, gamma=1.0, lam=0.95: (0 * v, v)),
+            "advantages are wrong",
+        ),
+        ("ex5", mistake(extract_boxed=lambda t: None), "expected"),
+        (
+            "ex6",
+            mistake(value_loss=lambda v, o, r, m, clip_eps=0.2: ((v - r) ** 2).mean()),
+            "values",
+        ),  # fmt: skip
+        ("ex6", mistake(), "no function named 'value_loss'"),
+    ],
+)
+def test_checker_hints_at_the_mistake(name, module, hint):
+    passed, message = check.check(module, name)
+    assert not passed and hint in message, message
+
+
+def test_command_line():
+    run = lambda *a: subprocess.run(
+        [sys.executable, str(ROOT / "exercises" / "check.py"), *a], capture_output=True, text=True
+    )
+    ok = run("--solutions")
+    assert ok.returncode == 0 and f"{len(NAMES)}/{len(NAMES)} passed" in ok.stdout, ok.stdout
+    blank = run("ex1", "ex5_boxed")
+    assert blank.returncode == 1 and blank.stdout.count("not implemented yet") == 2, blank.stdout
