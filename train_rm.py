@@ -324,7 +324,8 @@ def main(argv=None):
         lr = get_lr(step, cfg)
         for g in optimizer.param_groups:
             g["lr"] = lr
-        metrics = torch.zeros(3, device=device, dtype=torch.float64)  # loss, correct, tokens
+        # objective (what backward sees), pairwise loss (comparable with eval), correct, tokens
+        metrics = torch.zeros(4, device=device, dtype=torch.float64)
         for micro in range(cfg.grad_accum):
             b = train.collate(batch_indices(step, micro, rank, world, cfg, len(train)),
                               meta["pad_id"]).to(device)  # fmt: skip
@@ -336,22 +337,22 @@ def main(argv=None):
                 # each micro-step's loss is a mean over its pairs; dividing by grad_accum makes
                 # the summed gradient the mean over the whole batch, as one big step would give
                 (loss / cfg.grad_accum).backward()
-            metrics += torch.tensor([loss.item() / cfg.grad_accum, accuracy(r_c, r_r).item() / cfg.grad_accum,
-                                     b.n_tokens], device=device, dtype=torch.float64)  # fmt: skip
+            with torch.no_grad():
+                pair_loss = pairwise_loss(cfg.loss, r_c.float(), r_r.float(), cfg.margin, cfg.center_coef)  # fmt: skip
+                metrics += torch.tensor([loss.item(), pair_loss.item(), accuracy(r_c, r_r).item(), 0],
+                                        device=device, dtype=torch.float64) / cfg.grad_accum  # fmt: skip
+            metrics[3] += b.n_tokens
         if ddp:
             dist.all_reduce(metrics)
-        tr_loss, tr_acc, n_tok = (
-            metrics[0].item() / world,
-            metrics[1].item() / world,
-            metrics[2].item(),
-        )
-        if not math.isfinite(tr_loss):
+        objective, tr_loss, tr_acc = (metrics[:3] / world).tolist()
+        n_tok = metrics[3].item()
+        if not math.isfinite(objective):
             last = (
                 f"the last good checkpoint stays at {ckpt_path}"
                 if os.path.exists(ckpt_path)
                 else "no checkpoint was written yet"
             )
-            msg = f"loss is {tr_loss} at step {step}: stopping; {last}"
+            msg = f"loss is {objective} at step {step}: stopping; {last}"
             raise FloatingPointError(msg)
         # the norm before clipping is logged: it shows instabilities, and it is what the tests use
         # to check that accumulation scales the gradient right (Adam alone would hide a 4x error)
@@ -370,13 +371,14 @@ def main(argv=None):
                     split="train",
                     loss=tr_loss,
                     acc=tr_acc,
+                    objective=objective,
                     lr=lr,
                     grad_norm=grad_norm,
                     tok_per_s=tok_s,
                 )
             )
             if master:
-                print(f"step {step}/{cfg.max_iters} | loss {tr_loss:.4f} | acc {tr_acc:.3f} | "
+                print(f"step {step}/{cfg.max_iters} | loss {tr_loss:.4f} | acc {tr_acc:.3f} | objective {objective:.4f} | "
                       f"lr {lr:.2e} | {tok_s / 1e3:.1f}k tok/s | eta {eta:.0f}s")  # fmt: skip
             t0, tokens_seen = time.time(), 0
 
