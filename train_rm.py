@@ -30,8 +30,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from data.pairs import PairDataset
-from model import ModelConfig
+from data.pairs import PairDataset, bucketed_order
+from model import ModelConfig, estimate_mfu
 from reward import LMRegularizedRewardModel, RewardModel, accuracy, checkpoint_dict, pairwise_loss
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -76,6 +76,11 @@ class TrainConfig:
     device: str = opt("auto", "auto, cpu, cuda, cuda:1, mps")
     dtype: str = opt("auto", "auto (bf16 on CUDA, else fp32), float32 or bfloat16")
     compile: bool = opt(False, "torch.compile the training step (faster on GPU, slow to start)")
+    pack: bool = opt(False, "shared-prompt packing: [prompt|chosen|rejected] in one row (plain RM)")
+    bucket: bool = opt(False, "length-bucketed batches: less padding, a less random order")
+    grad_ckpt: bool = opt(
+        False, "activation checkpointing: recompute layers in backward (long rows)"
+    )
     resume: bool = opt(False, "continue from out_dir/ckpt.pt")
 
 
@@ -101,18 +106,20 @@ def get_lr(step, cfg):
 
 
 @lru_cache(maxsize=2)
-def epoch_order(n, seed):
-    return torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+def epoch_order(data, seed, G, bucket, packed):
+    if bucket:  # each run of G pairs (one global batch) has similar lengths
+        return bucketed_order(data.lengths(packed), G, seed)
+    return torch.randperm(len(data), generator=torch.Generator().manual_seed(seed))
 
 
-def batch_indices(step, micro, rank, world, cfg, n):
+def batch_indices(step, micro, rank, world, cfg, data):
     """The pairs of one micro-step. The global batch of a step is fixed by (seed, step) alone, so
     any split of it over ranks and micro-steps sees the same pairs, and resuming needs no state."""
-    G = cfg.batch_size * cfg.grad_accum * world
+    G, n = cfg.batch_size * cfg.grad_accum * world, len(data)
     if n < G:
         raise ValueError(f"the dataset has {n} pairs, fewer than one global batch of {G}")
     epoch, k = divmod(step, n // G)  # drop the last partial batch of each epoch
-    chunk = epoch_order(n, cfg.seed + epoch)[k * G : (k + 1) * G]
+    chunk = epoch_order(data, cfg.seed + epoch, G, cfg.bucket, cfg.pack)[k * G : (k + 1) * G]
     slot = rank * cfg.grad_accum + micro
     return chunk[slot * cfg.batch_size : (slot + 1) * cfg.batch_size].tolist()
 
@@ -124,13 +131,17 @@ class PairStep(nn.Module):
         super().__init__()
         self.rm, self.cfg = rm, cfg
 
-    def forward(self, chosen, chosen_mask, rejected, rejected_mask, chosen_response_mask):
+    def forward(self, b):
         c = self.cfg
-        if isinstance(self.rm, LMRegularizedRewardModel):
-            loss, stats = self.rm.loss(chosen, chosen_mask, rejected, rejected_mask,
-                                       chosen_response_mask, c.lm_coef, c.loss, c.margin, c.center_coef)  # fmt: skip
+        if c.pack:  # one row per pair, the prompt computed once (data/pairs.py pack_pairs)
+            r_c, r_r = self.rm.forward_pair_packed(b.tokens, b.segments, b.positions,
+                                                   b.chosen_end, b.rejected_end, flex=b.tokens.is_cuda)  # fmt: skip
+        elif isinstance(self.rm, LMRegularizedRewardModel):
+            loss, stats = self.rm.loss(b.chosen, b.chosen_mask, b.rejected, b.rejected_mask,
+                                       b.chosen_response_mask, c.lm_coef, c.loss, c.margin, c.center_coef)  # fmt: skip
             return loss, stats["r_chosen"], stats["r_rejected"]
-        r_c, r_r = self.rm.forward_pair(chosen, chosen_mask, rejected, rejected_mask)
+        else:
+            r_c, r_r = self.rm.forward_pair(b.chosen, b.chosen_mask, b.rejected, b.rejected_mask)
         return pairwise_loss(c.loss, r_c, r_r, c.margin, c.center_coef), r_c, r_r
 
 
@@ -247,6 +258,8 @@ def main(argv=None):
         meta = json.load(f)
     train, val = PairDataset(os.path.join(d, "train.npz")), PairDataset(os.path.join(d, "val.npz"))
     Head = LMRegularizedRewardModel if cfg.lm_coef > 0 else RewardModel
+    if cfg.pack and Head is not RewardModel:
+        raise ValueError("--pack packs the plain reward model's pair: use it with --lm_coef 0")
     if cfg.init == "scratch":
         mc = ModelConfig(**MODELS[cfg.model], vocab_size=meta["vocab_size"], multiple_of=32,
                          max_seq_len=cfg.max_seq_len, dropout=cfg.dropout)  # fmt: skip
@@ -264,6 +277,7 @@ def main(argv=None):
         # gradient plus float noise, which Adam would blow up into steps of size lr. Centering
         # (center_coef > 0) is what gives the bias something to learn.
         rm.value_head.bias.requires_grad_(False)
+    rm.backbone.gradient_checkpointing = cfg.grad_ckpt
     rm.to(device).train()
     params = [p for p in rm.parameters() if p.requires_grad]
     groups = [
@@ -298,6 +312,9 @@ def main(argv=None):
     if ddp:
         trainer = DDP(trainer, device_ids=[local_rank] if device.startswith("cuda") else None)
     n_params = sum(p.numel() for p in rm.parameters())
+    # the weights a token is multiplied by (for MFU): not the embedding lookup, nor an unused LM head
+    n_matmul = sum(p.numel() for n, p in rm.named_parameters()
+                   if "tok_embeddings" not in n and (p.requires_grad or "output" not in n))  # fmt: skip
     if master:
         print(f"{Head.__name__}: {n_params:,} parameters, {len(train)} train / {len(val)} val pairs, "
               f"device {device} x {world}, dtype {dtype}, {cfg.batch_size} pairs x {cfg.grad_accum} "
@@ -327,13 +344,13 @@ def main(argv=None):
         # objective (what backward sees), pairwise loss (comparable with eval), correct, tokens
         metrics = torch.zeros(4, device=device, dtype=torch.float64)
         for micro in range(cfg.grad_accum):
-            b = train.collate(batch_indices(step, micro, rank, world, cfg, len(train)),
-                              meta["pad_id"]).to(device)  # fmt: skip
+            idx = batch_indices(step, micro, rank, world, cfg, train)
+            collate = train.collate_packed if cfg.pack else train.collate
+            b = collate(idx, meta["pad_id"]).to(device)
             # sync gradients across ranks only on the last micro-step: once per optimizer step
             sync = nullcontext() if not ddp or micro == cfg.grad_accum - 1 else trainer.no_sync()
             with sync, ctx:
-                loss, r_c, r_r = trainer(b.chosen, b.chosen_mask, b.rejected, b.rejected_mask,
-                                         b.chosen_response_mask)  # fmt: skip
+                loss, r_c, r_r = trainer(b)
                 # each micro-step's loss is a mean over its pairs; dividing by grad_accum makes
                 # the summed gradient the mean over the whole batch, as one big step would give
                 (loss / cfg.grad_accum).backward()
@@ -364,6 +381,9 @@ def main(argv=None):
         if step % cfg.log_interval == 0 or step == cfg.max_iters:
             dt = time.time() - t0
             tok_s = tokens_seen / dt
+            mfu = ""  # useful tokens only, per GPU, against an H100's bf16 peak
+            if device.startswith("cuda"):
+                mfu = f" | mfu {estimate_mfu(rm.backbone.config, n_matmul, tok_s / world):.1%}"
             eta = (time.time() - t_start) / (step - start_step) * (cfg.max_iters - step)
             log(
                 dict(
@@ -379,7 +399,7 @@ def main(argv=None):
             )
             if master:
                 print(f"step {step}/{cfg.max_iters} | loss {tr_loss:.4f} | acc {tr_acc:.3f} | objective {objective:.4f} | "
-                      f"lr {lr:.2e} | {tok_s / 1e3:.1f}k tok/s | eta {eta:.0f}s")  # fmt: skip
+                      f"lr {lr:.2e} | {tok_s / 1e3:.1f}k tok/s{mfu} | eta {eta:.0f}s")  # fmt: skip
             t0, tokens_seen = time.time(), 0
 
     result = None

@@ -169,9 +169,93 @@ class PairDataset:
         return Batch(out["chosen"], masks["chosen"], out["rejected"], masks["rejected"],
                      masks["resp"], n)  # fmt: skip
 
+    def lengths(self, packed=False):
+        """(N,) length of each pair's row: prompt + the longer response (plain), or prompt +
+        both responses (packed). What bucketed_order sorts by."""
+        p, c, r = np.diff(self.offsets, axis=1).T  # (N,) each
+        return p + c + r if packed else p + np.maximum(c, r)
+
+    def collate_packed(self, indices, pad_id):
+        """The pairs at indices as one PackedBatch, each prompt once (see pack_pairs below)."""
+        return pack_pairs([self[i] for i in indices], pad_id)
+
 
 def length_baseline(pairs):
     """Accuracy of "the longer response wins" (ties count half, as a coin flip would)."""
     wins = sum(1.0 if len(p["chosen"]) > len(p["rejected"]) else
                0.5 if len(p["chosen"]) == len(p["rejected"]) else 0.0 for p in pairs)  # fmt: skip
     return wins / max(len(pairs), 1)
+
+
+# ----------------------------------------------------------------------------- speed: bucketing
+def bucketed_order(lengths, batch_size, seed, window=50):
+    """One epoch's order of the pairs (a permutation, like torch.randperm) in which each run of
+    batch_size consecutive pairs has similar lengths, so a batch is padded to little more than
+    its own pairs. As Hugging Face's LengthGroupedSampler: shuffle, sort each window of
+    `window` batches by length, cut it into batches, shuffle the batches. The window keeps the
+    order random at the scale of the epoch (long pairs are not all at the end).
+
+    lengths (N,): each pair's padded length, e.g. PairDataset.lengths(). Every pair appears once.
+    A last partial batch stays last, so a caller that drops it (train_rm) drops the same pairs
+    as with an unbucketed order of that size."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.as_tensor(np.asarray(lengths), dtype=torch.long)
+    order = torch.randperm(len(lengths), generator=g)
+    w = batch_size * window
+    windows = [order[i : i + w] for i in range(0, len(order), w)]
+    order = torch.cat([o[lengths[o].argsort(descending=True, stable=True)] for o in windows])
+    batches = list(order.split(batch_size))
+    tail = [batches.pop()] if len(batches[-1]) < batch_size else []
+    shuffled = [batches[i] for i in torch.randperm(len(batches), generator=g).tolist()]
+    return torch.cat(shuffled + tail)
+
+
+# ----------------------------------------------------------------------------- speed: packing
+# Shared-prompt packing. The two plain sequences of a pair, prompt + chosen and prompt + rejected,
+# repeat the prompt (in HH-RLHF, 70% of the tokens). A packed row holds it once:
+#
+#     tokens     BOS  p1  p2 | c1  c2  EOS | r1  EOS | pad pad
+#     segments     0   0   0 |  1   1   1  |  2   2  |  -1  -1
+#     positions    0   1   2 |  3   4   5  |  3   4  |   0   0    (rejected restarts after prompt)
+#
+# and the attention mask (reward.packed_attention_mask) lets the rejected response see the prompt
+# and itself but never the chosen response. Every token then sees exactly what it sees in its
+# plain sequence, at the same positions, so its hidden state and both rewards are unchanged.
+PAD_SEGMENT = -1
+
+
+@dataclass
+class PackedBatch:
+    tokens: torch.Tensor  # (B, T) [prompt | chosen | rejected | padding]
+    segments: torch.Tensor  # (B, T) 0 prompt, 1 chosen, 2 rejected, -1 padding
+    positions: torch.Tensor  # (B, T) RoPE positions, as in each token's plain sequence
+    chosen_end: torch.Tensor  # (B,) column of the chosen response's last token (its EOS)
+    rejected_end: torch.Tensor  # (B,) column of the rejected response's last token
+    n_tokens: int  # tokens of the two plain sequences (the prompt twice): comparable with Batch
+    n_packed: int  # real tokens in the packed rows (the prompt once): what is computed
+
+    def to(self, device):
+        for k in ("tokens", "segments", "positions", "chosen_end", "rejected_end"):
+            setattr(self, k, getattr(self, k).to(device, non_blocking=True))
+        return self
+
+
+def pack_pairs(items, pad_id):
+    """[(prompt ids, chosen ids, rejected ids), ...] -> PackedBatch, right-padded rows."""
+    T = max(len(p) + len(c) + len(r) for p, c, r in items)
+    B = len(items)
+    tokens = torch.full((B, T), pad_id, dtype=torch.long)
+    segments = torch.full((B, T), PAD_SEGMENT, dtype=torch.long)
+    positions = torch.zeros(B, T, dtype=torch.long)
+    ends = torch.zeros(2, B, dtype=torch.long)
+    n_tokens = 0
+    for i, (p, c, r) in enumerate(items):
+        P, C, R = len(p), len(c), len(r)
+        tokens[i, : P + C + R] = torch.as_tensor(np.concatenate([p, c, r]).astype(np.int64))
+        segments[i, :P], segments[i, P : P + C], segments[i, P + C : P + C + R] = 0, 1, 2
+        positions[i, : P + C] = torch.arange(P + C)
+        positions[i, P + C : P + C + R] = torch.arange(P, P + R)
+        ends[0, i], ends[1, i] = P + C - 1, P + C + R - 1
+        n_tokens += 2 * P + C + R
+    n_packed = int((segments != PAD_SEGMENT).sum())
+    return PackedBatch(tokens, segments, positions, ends[0], ends[1], n_tokens, n_packed)

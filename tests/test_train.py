@@ -156,3 +156,19 @@ def test_short_run_learns(arith, tmp_path):
         "train",
         "eval",
     }
+
+
+def test_pack_and_bucket_flags(arith, tmp_path):
+    """--pack computes each prompt once and must train the same weights as the plain forward;
+    --bucket changes which pairs share a batch, so it is checked for running and learning only."""
+    plain = ["--lm_coef", 0, "--max_iters", 4, "--batch_size", 8, *EXACT]
+    run(arith, tmp_path / "plain", *plain)
+    run(arith, tmp_path / "packed", *plain, "--pack")
+    assert max_diff(weights(tmp_path / "plain"), weights(tmp_path / "packed")) < 1e-6
+    assert grad_norms(tmp_path / "plain") == pytest.approx(
+        grad_norms(tmp_path / "packed"), rel=1e-5
+    )
+    res = run(arith, tmp_path / "bucket", "--max_iters", 4, "--bucket", "--grad_ckpt")
+    assert math.isfinite(res["loss"])
+    with pytest.raises(ValueError, match="--pack.*--lm_coef 0"):
+        run(arith, tmp_path / "bad", "--pack", "--max_iters", 1)
