@@ -103,22 +103,8 @@ def rope_frequencies(cfg: ModelConfig) -> torch.Tensor:
 
 def apply_rope(x, cos, sin):
     """Rotate adjacent pairs (x[2i], x[2i+1]) by angle pos*freq_i, as Meta's reference does.
-    x: (B, T, H, head_dim), cos/sin: (B, T, head_dim/2); or unpadded x (N, H, head_dim) with
-    cos/sin (N, head_dim/2).
-
-    A pair (a, b) read as the complex number a + ib turns by multiplying with cos + i sin: one
-    contiguous complex multiply, forward and backward, where the pairs written out in reals
-    (a cos - b sin, a sin + b cos) are stride-2 reads and a stack: about 4x faster on CPU, and
-    the same numbers. torch.compile gets the real form: inductor fuses it into one kernel but
-    cannot generate code for complex numbers."""
-    if torch.compiler.is_compiling():
-        return _apply_rope_real(x, cos, sin)
-    xc = torch.view_as_complex(x.float().unflatten(-1, (-1, 2)))  # (..., H, head_dim/2)
-    rot = torch.complex(cos, sin).unsqueeze(-2)  # broadcast over heads
-    return torch.view_as_real(xc * rot).flatten(-2).type_as(x)
-
-
-def _apply_rope_real(x, cos, sin):
+    x: (B, T, H, head_dim), cos/sin: (B, T, head_dim/2); or unpadded, x (N, H, head_dim) and
+    cos/sin (N, head_dim/2)."""
     xr = x.float().unflatten(-1, (-1, 2))  # (..., H, head_dim/2, 2)
     x0, x1 = xr[..., 0], xr[..., 1]
     cos, sin = cos.unsqueeze(-2), sin.unsqueeze(-2)  # broadcast over heads

@@ -198,18 +198,6 @@ def test_unpadding_with_gradient_checkpointing_same_gradients():
         assert torch.allclose(grads[n], grads_ckpt[n], atol=1e-6), n
 
 
-def test_rope_complex_multiply_equals_the_real_form():
-    """apply_rope multiplies complex numbers (eager); under torch.compile it uses the real form."""
-    torch.manual_seed(0)
-    for shape in ((2, 5, 4, 8), (7, 4, 8)):  # (B, T, H, head_dim) and unpadded (N, H, head_dim)
-        x = torch.randn(shape)
-        angles = torch.rand(*shape[:-2], 4) * 100
-        got = model_module.apply_rope(x, angles.cos(), angles.sin())
-        assert (
-            got - model_module._apply_rope_real(x, angles.cos(), angles.sin())
-        ).abs().max() < 1e-6
-
-
 # ---------------------------------------------------------------- bucketing
 @pytest.fixture
 def dataset(tmp_path):
