@@ -325,7 +325,7 @@ def main(argv=None):
             with open(log_path, "a") as f:
                 f.write(json.dumps(row) + "\n")
 
-    t0, tokens_seen, t_start, start_step = time.time(), 0, time.time(), step
+    t0, tokens_seen, computed_seen, t_start, start_step = time.time(), 0, 0, time.time(), step
     while True:
         if step % cfg.eval_interval == 0 or step == cfg.max_iters:
             if not (cfg.resume and step == start_step):  # already evaluated before the save
@@ -341,8 +341,9 @@ def main(argv=None):
         lr = get_lr(step, cfg)
         for g in optimizer.param_groups:
             g["lr"] = lr
-        # objective (what backward sees), pairwise loss (comparable with eval), correct, tokens
-        metrics = torch.zeros(4, device=device, dtype=torch.float64)
+        # objective (what backward sees), pairwise loss (comparable with eval), correct, tokens,
+        # tokens computed (for MFU: with --pack each prompt is computed once, not twice)
+        metrics = torch.zeros(5, device=device, dtype=torch.float64)
         for micro in range(cfg.grad_accum):
             idx = batch_indices(step, micro, rank, world, cfg, train)
             collate = train.collate_packed if cfg.pack else train.collate
@@ -356,13 +357,14 @@ def main(argv=None):
                 (loss / cfg.grad_accum).backward()
             with torch.no_grad():
                 pair_loss = pairwise_loss(cfg.loss, r_c.float(), r_r.float(), cfg.margin, cfg.center_coef)  # fmt: skip
-                metrics += torch.tensor([loss.item(), pair_loss.item(), accuracy(r_c, r_r).item(), 0],
+                metrics += torch.tensor([loss.item(), pair_loss.item(), accuracy(r_c, r_r).item(), 0, 0],
                                         device=device, dtype=torch.float64) / cfg.grad_accum  # fmt: skip
             metrics[3] += b.n_tokens
+            metrics[4] += b.n_packed if cfg.pack else b.n_tokens
         if ddp:
             dist.all_reduce(metrics)
         objective, tr_loss, tr_acc = (metrics[:3] / world).tolist()
-        n_tok = metrics[3].item()
+        n_tok, n_computed = metrics[3].item(), metrics[4].item()
         if not math.isfinite(objective):
             last = (
                 f"the last good checkpoint stays at {ckpt_path}"
@@ -378,12 +380,14 @@ def main(argv=None):
         optimizer.zero_grad(set_to_none=True)
         step += 1
         tokens_seen += n_tok
+        computed_seen += n_computed
         if step % cfg.log_interval == 0 or step == cfg.max_iters:
             dt = time.time() - t0
             tok_s = tokens_seen / dt
             mfu = ""  # useful tokens only, per GPU, against an H100's bf16 peak
             if device.startswith("cuda"):
-                mfu = f" | mfu {estimate_mfu(rm.backbone.config, n_matmul, tok_s / world):.1%}"
+                mfu = estimate_mfu(rm.backbone.config, n_matmul, computed_seen / dt / world)
+                mfu = f" | mfu {mfu:.1%}"
             eta = (time.time() - t_start) / (step - start_step) * (cfg.max_iters - step)
             log(
                 dict(
@@ -400,7 +404,7 @@ def main(argv=None):
             if master:
                 print(f"step {step}/{cfg.max_iters} | loss {tr_loss:.4f} | acc {tr_acc:.3f} | objective {objective:.4f} | "
                       f"lr {lr:.2e} | {tok_s / 1e3:.1f}k tok/s{mfu} | eta {eta:.0f}s")  # fmt: skip
-            t0, tokens_seen = time.time(), 0
+            t0, tokens_seen, computed_seen = time.time(), 0, 0
 
     result = None
     if master:  # the loop saved the final checkpoint with its last evaluation

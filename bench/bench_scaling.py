@@ -3,7 +3,7 @@ How the cost of a training step grows with the sequence length and the batch siz
 HF LlamaForSequenceClassification, the same weights, alternating step by step (as
 bench_train.py), plotted to bench/scaling.png.
 
-    python bench/bench_scaling.py                  # 128..2048 tokens, 1..16 pairs (~5 min, 2 cores)
+    python bench/bench_scaling.py --threads 1      # 128..2048 tokens, 1..16 pairs (~5 min, 2 cores)
     python bench/bench_scaling.py --quick          # 128..512 tokens, 1..4 pairs
     python bench/bench_scaling.py --device cuda    # bf16 autocast
 
@@ -83,7 +83,7 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true")
     p.add_argument("--config", default="288d-6L", help="a config of bench_train.CONFIGS")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--steps", type=int, default=5, help="timed steps per point (+1 warmup)")
+    p.add_argument("--steps", type=int, default=7, help="timed steps per point (+1 warmup)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--out", default=str(HERE / "scaling.png"))
     args = p.parse_args(argv)

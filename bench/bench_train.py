@@ -2,8 +2,8 @@
 Speed of a reward-model training step: nanoRM against Hugging Face transformers, and nanoRM's
 own speed paths (shared-prompt packing, length bucketing), on HH-RLHF pairs.
 
-    python bench/bench_train.py                      # CPU, everything (about 10 minutes on 2 cores)
-    python bench/bench_train.py --quick              # one small config, few steps (~2 minutes)
+    python bench/bench_train.py --threads 1          # CPU, everything (~6 minutes, see bench/README.md)
+    python bench/bench_train.py --quick --threads 1  # one small config, few steps (~1 minute)
     python bench/bench_train.py --only hf,memory     # any of: padding, hf, pack, memory
     python bench/bench_train.py --device cuda        # bf16 autocast, fused AdamW, peak memory, MFU
     python bench/bench_train.py --device cuda --compile --out bench/cuda.md
@@ -168,7 +168,7 @@ def hf_twin(rm):
     return hf
 
 
-def adamw(model, device):
+def adamw(model):
     """The optimizer of both contenders: train_rm's AdamW, fused (one kernel for all tensors;
     CPU and CUDA), as HF's Trainer defaults to with recent torch."""
     params = [p for p in model.parameters() if p.requires_grad]
@@ -184,7 +184,7 @@ class Contender:
 
     def __init__(self, name, model, data, device, ctx, compile=False):
         self.name, self.model, self.data, self.device, self.ctx = name, model, data, device, ctx
-        self.optimizer = adamw(model, device)
+        self.optimizer = adamw(model)
         self.rewards = {"nanoRM": self.plain, "HF": self.hf, "nanoRM packed": self.packed}[name]
         if compile:
             self.rewards = torch.compile(self.rewards)
