@@ -22,6 +22,9 @@ on one numbering. Padding is where reward-model bugs cluster in the field (the p
 positions, the pad id: huggingface/transformers#35352, OpenRLHF#217); `tests/test_model.py`
 checks left, right, no and mixed padding to 1e-5.
 
+Speed: when a batch has padding, hidden_states computes only its real tokens (unpadding; on CPU
+attention then runs row by row over each row's real tokens) and returns 0 at padding positions.
+
 Simplifications: one GPU or CPU process (DDP lives in train_rm.py), no tensor parallelism,
 no sliding windows, no biases (LLaMA has none). Only torch and the standard library are
 imported at module level; safetensors is imported inside the loader that needs it.
