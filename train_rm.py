@@ -250,9 +250,9 @@ def main(argv=None):
 
     # ---- data and model
     if master:
-        d = dataset_dir(cfg.dataset)  # rank 0 may have to prepare the data first
+        dataset_dir(cfg.dataset)  # rank 0 prepares the built-in data if it is missing
     if ddp:
-        dist.barrier()
+        dist.barrier()  # the other ranks wait for it, then everyone reads the same files
     d = dataset_dir(cfg.dataset)
     with open(os.path.join(d, "meta.json")) as f:
         meta = json.load(f)
