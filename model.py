@@ -169,6 +169,16 @@ def unpad_batch(attention_mask, attn_mask, per_row):
     return Unpadded(index, B, T, lengths, masks)
 
 
+@dataclass
+class Readout:
+    """The M tokens whose final states are wanted (a reward head reads one per row or two per
+    packed row): where they are and which keys each one may see."""
+
+    index: torch.Tensor  # (M,) flat position in the layer input: unpadded (N) or b * T + t
+    row: torch.Tensor  # (M,) batch row b
+    key_mask: torch.Tensor  # (M, T) bool, over the columns of the padded row
+
+
 def scatter_rows(x, unpad):
     """(N, ...) real tokens -> (B, T, ...) rows, zeros in the padding slots. Differentiable:
     the gradient is a gather."""
@@ -215,6 +225,21 @@ class Attention(nn.Module):
             q, k, v = (scatter_rows(t, unpad) for t in (q, k, v))
             y = self.attend(q, k, v, attn_mask).flatten(0, 1)[unpad.index]  # (N, dim)
         return self.wo(y)
+
+    def read_at(self, x, cos, sin, readout, unpad):
+        """forward() at the readout tokens only: their queries attend over every key -> (M, dim).
+        x: (B, T, dim) or unpadded (N, dim); cos/sin in the same layout."""
+        at = lambda t: t.flatten(0, -2)[readout.index]  # (M, ...) the readout tokens' rows
+        q = self.wq(at(x)).view(-1, self.n_heads, self.head_dim)  # (M, H, head_dim)
+        q = apply_rope(q, at(cos), at(sin))
+        rows = x.shape[:-1]
+        k = apply_rope(self.wk(x).view(*rows, self.n_kv_heads, self.head_dim), cos, sin)
+        v = self.wv(x).view(*rows, self.n_kv_heads, self.head_dim)
+        if unpad is not None:
+            k, v = scatter_rows(k, unpad), scatter_rows(v, unpad)  # (B, T, n_kv_heads, head_dim)
+        k, v = k[readout.row], v[readout.row]  # (M, T, n_kv_heads, head_dim): each query's row
+        mask = readout.key_mask[:, None, None, :]  # (M, 1, 1, T)
+        return self.wo(self.attend(q[:, None], k, v, mask)[:, 0])  # (M, dim)
 
     def attend(self, q, k, v, attn_mask, cache=None):
         """q (B, T, H, head_dim) attends over k, v (B, T, n_kv_heads, head_dim) -> (B, T, dim)."""
@@ -263,6 +288,13 @@ class TransformerBlock(nn.Module):
         x = x + self.drop(self.attention(self.attention_norm(x), cos, sin, attn_mask, cache, unpad))
         return x + self.drop(self.feed_forward(self.ffn_norm(x)))
 
+    def read_at(self, x, cos, sin, readout, unpad):
+        """forward() at the readout tokens only -> (M, dim). Every token still gives its key and
+        value; only the M readout tokens get queries, the output projection and the FFN."""
+        h = x.flatten(0, -2)[readout.index]  # (M, dim)
+        h = h + self.drop(self.attention.read_at(self.attention_norm(x), cos, sin, readout, unpad))
+        return h + self.drop(self.feed_forward(self.ffn_norm(h)))
+
 
 class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig):
@@ -287,7 +319,7 @@ class Transformer(nn.Module):
             torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
     def hidden_states(
-        self, tokens, attention_mask=None, *, positions=None, attn_mask=None, cache=None
+        self, tokens, attention_mask=None, *, positions=None, attn_mask=None, cache=None, at=None
     ):
         """Final normalised hidden states (B, T, dim), the input of every head.
 
@@ -295,6 +327,10 @@ class Transformer(nn.Module):
         (with a cache: (B, S) covering the cached positions too). positions / attn_mask
         (B, T) and (B, T, S) bool override what is derived from the mask; they serve packed
         sequences where several segments share one row.
+        at: (B, k) columns of real tokens. Only their states are returned, (B, k, dim), and the
+        last layer runs its queries, output projection and FFN there alone: a reward head reads
+        one token per row, and no other token's last-layer output can reach it. This saves
+        most of a layer (about 1/n_layers of the work); the states at `at` are the same.
         """
         if tokens.dim() != 2:
             raise ValueError(f"tokens must be (batch, time), got shape {tuple(tokens.shape)}")
@@ -341,10 +377,13 @@ class Transformer(nn.Module):
             attn_mask = attn_mask.unsqueeze(1)  # (B, 1, T, S), broadcast over heads
         angles = positions[..., None].float() * self.inv_freq  # (B, T, head_dim/2)
         cos, sin = angles.cos(), angles.sin()
+        if at is not None and cache is not None:
+            raise ValueError("at (read a few tokens) is for scoring, not for cached generation")
+        readout = None if at is None else self._readout(at, attention_mask, attn_mask, unpad, T)
         if unpad is not None:
             tokens, cos, sin = (t.flatten(0, 1)[unpad.index] for t in (tokens, cos, sin))
         h = self.tok_embeddings(tokens)  # (B, T, dim), or (N, dim) unpadded
-        for layer in self.layers:
+        for layer in self.layers if at is None else self.layers[:-1]:
             if self.gradient_checkpointing and self.training:
                 h = torch.utils.checkpoint.checkpoint(
                     layer, h, cos, sin, attn_mask, cache, unpad, use_reentrant=False
@@ -353,8 +392,37 @@ class Transformer(nn.Module):
                 h = layer(h, cos, sin, attn_mask, cache, unpad)
         if cache is not None:
             cache.len += T
+        if at is not None:
+            h = self.layers[-1].read_at(h, cos, sin, readout, unpad)  # (M, dim), M = B * k
+            return self.norm(h).view(*at.shape, -1)  # (B, k, dim)
         h = self.norm(h)
         return h if unpad is None else scatter_rows(h, unpad)  # (B, T, dim)
+
+    @staticmethod
+    def _readout(at, attention_mask, attn_mask, unpad, T):
+        """Readout for the columns at (B, k): flat positions, rows, and each one's key mask."""
+        B, dev = at.size(0), at.device
+        if at.numel() and (at.min() < 0 or at.max() >= T):
+            raise ValueError(f"at must name columns in [0, {T}), got {at.tolist()}")
+        if attention_mask is not None and not attention_mask.gather(1, at).all():
+            raise ValueError("at selects a padding position; it must name real tokens")
+        row = torch.arange(B, device=dev)[:, None].expand_as(at).flatten()  # (M,)
+        col = at.flatten()  # (M,)
+        keys = torch.arange(T, device=dev)[None, :]  # (1, T)
+        if isinstance(attn_mask, BlockMask):  # evaluate its mask_mod on the readout's rows
+            key_mask = attn_mask.mask_mod(row[:, None], 0, col[:, None], keys)
+        elif attn_mask is not None:  # (B, 1, T, T)
+            key_mask = attn_mask[row, 0, col]
+        else:  # causal, padding hidden
+            key_mask = keys <= col[:, None]
+            if attention_mask is not None:
+                key_mask = key_mask & attention_mask[row]
+        flat = row * T + col  # (M,) position in the padded (B * T) layout
+        if unpad is not None:  # -> position among the N real tokens
+            where = torch.full((B * T,), -1, dtype=torch.long, device=dev)
+            where[unpad.index] = torch.arange(unpad.index.numel(), device=dev)
+            flat = where[flat]
+        return Readout(flat, row, key_mask.expand(row.numel(), T))
 
     def forward(self, tokens, attention_mask=None, **kwargs):
         """Logits (B, T, vocab_size)."""

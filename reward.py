@@ -294,9 +294,15 @@ class RewardModel(ScalarHeadIO, nn.Module):
         return self.value_head
 
     def forward(self, tokens, attention_mask=None):
-        """Rewards (B,) read at each row's last real token (the last column without a mask)."""
-        h = self.backbone.hidden_states(tokens, attention_mask)  # (B, T, dim)
-        return score_last_token(self.value_head, h, attention_mask)
+        """Rewards (B,) read at each row's last real token (the last column without a mask).
+        Only that token's state is computed in the last layer (hidden_states' `at`)."""
+        B, T = tokens.shape
+        if attention_mask is None:
+            last = torch.full((B,), T - 1, device=tokens.device)
+        else:
+            last = last_real_index(attention_mask)
+        h = self.backbone.hidden_states(tokens, attention_mask, at=last[:, None])  # (B, 1, dim)
+        return apply_head(self.head, h[:, 0])  # (B,)
 
     def forward_pair(self, chosen, chosen_mask, rejected, rejected_mask):
         """(r_chosen, r_rejected), each (B,), from one backbone call on the 2B rows: half the
@@ -314,10 +320,10 @@ class RewardModel(ScalarHeadIO, nn.Module):
         rewards equal forward_pair's. flex=True uses FlexAttention (CUDA) for the mask."""
         mask = packed_block_mask(segments) if flex else packed_attention_mask(segments)
         real = segments >= 0  # padding is skipped by the backbone's unpadding
-        h = self.backbone.hidden_states(tokens, real, positions=positions, attn_mask=mask)
-        rows = torch.arange(tokens.size(0), device=tokens.device)
-        r_c = apply_head(self.value_head, h[rows, chosen_end])  # (B,)
-        return r_c, apply_head(self.value_head, h[rows, rejected_end])
+        ends = torch.stack([chosen_end, rejected_end], 1)  # (B, 2)
+        h = self.backbone.hidden_states(tokens, real, positions=positions, attn_mask=mask, at=ends)
+        r = apply_head(self.value_head, h)  # (B, 2)
+        return r[:, 0], r[:, 1]
 
 
 class LMRegularizedRewardModel(ScalarHeadIO, nn.Module):
@@ -349,12 +355,8 @@ class LMRegularizedRewardModel(ScalarHeadIO, nn.Module):
     def head(self):
         return self.reward_head
 
-    forward_pair = RewardModel.forward_pair  # scoring a pair is the same as in RewardModel
-
-    def forward(self, tokens, attention_mask=None):
-        """Rewards (B,), pooled as in RewardModel."""
-        h = self.backbone.hidden_states(tokens, attention_mask)  # (B, T, dim)
-        return score_last_token(self.reward_head, h, attention_mask)
+    # scoring (a sequence, a pair) is RewardModel's; only training differs
+    forward, forward_pair = RewardModel.forward, RewardModel.forward_pair
 
     def loss(
         self,

@@ -187,6 +187,58 @@ def test_unpadded_states_and_gradients_equal_one_sequence_at_a_time(monkeypatch,
         assert err <= 1e-5 * g.abs().max(), n  # fp32 sums in another order
 
 
+@pytest.mark.parametrize("per_row", [True, False], ids=["cpu-row-by-row", "gpu-padded-rows"])
+@pytest.mark.parametrize("layout", ["no-padding", "right", "left", "packed"])
+def test_last_layer_at_readout_tokens_equals_full_states(monkeypatch, per_row, layout):
+    """hidden_states(..., at=cols) runs the last layer's queries and FFN at cols only: the
+    states there, and the gradients of anything read from them, equal the full forward's."""
+    real_unpad = model_module.unpad_batch
+    monkeypatch.setattr(model_module, "unpad_batch", lambda a, m, _: real_unpad(a, m, per_row))
+    torch.manual_seed(0)
+    net = Transformer(ModelConfig(dim=48, n_layers=3, n_heads=4, n_kv_heads=2, vocab_size=V))
+    kw = {}
+    if layout == "packed":  # two readout tokens per row, each seeing its own segment
+        b = pack_pairs(random_items(LENGTHS, seed=4), PAD)
+        tokens, mask = b.tokens, b.segments >= 0
+        kw = dict(positions=b.positions, attn_mask=packed_attention_mask(b.segments))
+        at = torch.stack([b.chosen_end, b.rejected_end], 1)  # (B, 2)
+    else:
+        seqs = [torch.randint(1, V, (n,)).tolist() for n in (7, 19, 1, 12)]
+        if layout == "no-padding":
+            seqs = [s[:1] + seqs[1][:18] for s in seqs]  # all 19 long
+        tokens, mask = padded_batch(seqs, "right" if layout == "no-padding" else layout)
+        t = torch.arange(tokens.size(1))
+        at = torch.stack([(t * mask).max(1).values, mask.argmax(1)], 1)  # last and first real
+    w = torch.randn(48)
+
+    def states_and_grads(use_at):
+        net.zero_grad()
+        if use_at:
+            h = net.hidden_states(tokens, mask, at=at, **kw)  # (B, k, dim)
+        else:
+            h = net.hidden_states(tokens, mask, **kw)[torch.arange(len(at))[:, None], at]
+        (h @ w).square().sum().backward()
+        return h.detach(), {
+            n: p.grad.clone() for n, p in net.named_parameters() if p.grad is not None
+        }
+
+    (h_full, g_full), (h_at, g_at) = states_and_grads(False), states_and_grads(True)
+    assert h_at.shape == (len(at), at.size(1), 48)
+    assert (h_at - h_full).abs().max() < 1e-5
+    assert g_full.keys() == g_at.keys()
+    for n, g in g_full.items():
+        assert (g - g_at[n]).abs().max() <= 1e-5 * g.abs().max(), n
+
+
+def test_readout_columns_must_be_real_tokens():
+    net = Transformer(ModelConfig(dim=48, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=V))
+    tokens, mask = padded_batch([[5, 6, 7], [8]], "right")
+    with pytest.raises(ValueError, match="padding position"):
+        net.hidden_states(tokens, mask, at=torch.tensor([[2], [2]]))
+    with pytest.raises(ValueError, match=r"columns in \[0, 3\)"):
+        net.hidden_states(tokens, mask, at=torch.tensor([[2], [3]]))
+
+
 def test_unpadding_with_gradient_checkpointing_same_gradients():
     rm = tiny().train()
     items = random_items(LENGTHS, seed=2)
