@@ -24,6 +24,7 @@ checks left, right, no and mixed padding to 1e-5.
 
 Speed: when a batch has padding, hidden_states computes only its real tokens (unpadding; on CPU
 attention then runs row by row over each row's real tokens) and returns 0 at padding positions.
+Given `at`, the columns a head will read, the last layer runs its queries and FFN there alone.
 
 Simplifications: one GPU or CPU process (DDP lives in train_rm.py), no tensor parallelism,
 no sliding windows, no biases (LLaMA has none). Only torch and the standard library are
