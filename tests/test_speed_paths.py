@@ -230,6 +230,38 @@ def test_last_layer_at_readout_tokens_equals_full_states(monkeypatch, per_row, l
         assert (g - g_at[n]).abs().max() <= 1e-5 * g.abs().max(), n
 
 
+@pytest.mark.parametrize("lead", [0, 5, 10], ids=["no-causal-lead", "causal-lead", "all-causal"])
+def test_row_by_row_attention_with_a_caller_mask_equals_padded_rows(monkeypatch, lead):
+    """Row-by-row attention (CPU) cuts each row's part out of a caller's mask; any mask (here
+    random after `lead` causal rows) gives the padded-rows (GPU) result and gradients."""
+    g = torch.Generator().manual_seed(lead)
+    B, T = 3, 10
+    tokens = torch.randint(1, V, (B, T), generator=g)
+    mask = torch.ones(B, T, dtype=torch.long)
+    mask[1, 7:], mask[2, 4:] = 0, 0
+    attn = torch.ones(T, T, dtype=torch.bool).tril().repeat(B, 1, 1)
+    attn[:, lead:] = torch.rand(B, T - lead, T, generator=g) > 0.5
+    attn = attn & mask.bool()[:, None, :] | torch.eye(T, dtype=torch.bool)  # real keys only
+    torch.manual_seed(0)
+    net = Transformer(ModelConfig(dim=48, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=V))
+    real_unpad = model_module.unpad_batch
+    out = {}
+    for per_row in (True, False):
+        monkeypatch.setattr(
+            model_module, "unpad_batch", lambda a, m, _, p=per_row: real_unpad(a, m, p)
+        )
+        net.zero_grad()
+        h = net.hidden_states(tokens, mask, attn_mask=attn)
+        h.square().sum().backward()
+        out[per_row] = (
+            h.detach(),
+            {n: p.grad.clone() for n, p in net.named_parameters() if p.grad is not None},
+        )
+    assert (out[True][0] - out[False][0]).abs().max() < 1e-5
+    for n, grad in out[False][1].items():
+        assert (grad - out[True][1][n]).abs().max() <= 1e-5 * grad.abs().max(), n
+
+
 def test_readout_columns_must_be_real_tokens():
     net = Transformer(ModelConfig(dim=48, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=V))
     tokens, mask = padded_batch([[5, 6, 7], [8]], "right")
