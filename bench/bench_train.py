@@ -2,9 +2,9 @@
 Speed of a reward-model training step: nanoRM against Hugging Face transformers, and nanoRM's
 own speed paths (shared-prompt packing, length bucketing), on HH-RLHF pairs.
 
-    python bench/bench_train.py --threads 1          # CPU, everything (~6 minutes, see bench/README.md)
+    python bench/bench_train.py --threads 1          # CPU, everything (~15 minutes, see bench/README.md)
     python bench/bench_train.py --quick --threads 1  # one small config, few steps (~1 minute)
-    python bench/bench_train.py --only hf,memory     # any of: padding, hf, pack, memory
+    python bench/bench_train.py --only hf,memory     # any of: padding, hf, pack, readout, memory
     python bench/bench_train.py --device cuda        # bf16 autocast, fused AdamW, peak memory, MFU
     python bench/bench_train.py --device cuda --compile --out bench/cuda.md
 
@@ -14,10 +14,13 @@ so that a slow moment of a shared machine hits both; we report medians of per-st
   hf      nanoRM RewardModel.forward_pair against HF LlamaForSequenceClassification(num_labels=1)
           with TRL's RewardTrainer loss: chosen and rejected concatenated into one forward,
           loss = -logsigmoid(r_chosen - r_rejected).mean(). Same config, same weights (ours
-          copied into HF's layout), same right-padded batches, same AdamW. The two first-step
-          losses must agree to 1e-5, or the run stops.
+          copied into HF's layout), same right-padded batches, same AdamW. The first-step
+          losses must agree to 1e-5, or the run stops. nanoRM packed (below) races in the
+          same run: the trainer's --pack against HF on the same pairs.
   pack    nanoRM plain (prompt + chosen, prompt + rejected) against nanoRM packed
           ([prompt | chosen | rejected], the prompt once); the losses must agree to 1e-5.
+  readout nanoRM with the last layer at the reward token only (hidden_states' `at`, the
+          default) against the same model running its last layer on every token.
   padding the padding fraction of a whole epoch, random order (train_rm's) against
           data.pairs.bucketed_order, for the plain and the packed layouts.
   memory  the peak memory a training step adds (activations, gradients, optimizer state): on
@@ -54,7 +57,7 @@ sys.path.insert(0, str(ROOT))
 from data.pairs import PairDataset, bucketed_order, encode_pair, read_pairs, write_pairs  # noqa: I001
 from data.tokenizer import load_tokenizer
 from model import ModelConfig, estimate_mfu
-from reward import RewardModel, pairwise_loss
+from reward import RewardModel, pad_and_concat, pairwise_loss, score_last_token
 
 SHARED = ROOT.parent / "shared" / "data"
 HH = [SHARED / "hh-rlhf" / s / "test.jsonl.gz" for s in ("helpful-base", "harmless-base")]
@@ -185,7 +188,8 @@ class Contender:
     def __init__(self, name, model, data, device, ctx, compile=False):
         self.name, self.model, self.data, self.device, self.ctx = name, model, data, device, ctx
         self.optimizer = adamw(model)
-        self.rewards = {"nanoRM": self.plain, "HF": self.hf, "nanoRM packed": self.packed}[name]
+        self.rewards = {"nanoRM": self.plain, "HF": self.hf, "nanoRM packed": self.packed,
+                        "nanoRM full last layer": self.full_last_layer}[name]  # fmt: skip
         if compile:
             self.rewards = torch.compile(self.rewards)
         self.times, self.tokens, self.losses, self.peaks = [], [], [], []
@@ -202,6 +206,14 @@ class Contender:
         flex = self.device.startswith("cuda") and FLEX  # FlexAttention skips masked blocks
         args = (b.tokens, b.segments, b.positions, b.chosen_end, b.rejected_end)
         return self.model.forward_pair_packed(*args, flex=flex)
+
+    def full_last_layer(self, b):
+        """forward_pair without hidden_states' `at`: the last layer runs on every token."""
+        tokens, mask = pad_and_concat(b.chosen, b.chosen_mask, b.rejected, b.rejected_mask)
+        r = score_last_token(
+            self.model.value_head, self.model.backbone.hidden_states(tokens, mask), mask
+        )
+        return r[: len(b.chosen)], r[len(b.chosen) :]
 
     def hf(self, b):
         # TRL's RewardTrainer: one forward on the chosen rows followed by the rejected rows
@@ -333,6 +345,24 @@ def run_pack(args, out):
         print(row, flush=True)
 
 
+def run_readout(args, out):
+    out.append(f"\n### The last layer at the reward token only ({args.device}, bucketed)\n")
+    out.append("| config | seq_len | full last layer tok/s | at the reward token tok/s | "
+               "speedup (median) | max loss diff |")  # fmt: skip
+    out.append("|---|---|---|---|---|---|")
+    for config, T in args.readout_runs:
+        data = load_pairs(T, args.cache)
+        at = Contender("nanoRM", make_nanorm(config, T).to(args.device), data, args.device,
+                       args.ctx, args.compile)  # fmt: skip
+        full = Contender("nanoRM full last layer", make_nanorm(config, T).to(args.device), data,
+                         args.device, args.ctx, args.compile)  # fmt: skip
+        race([at, full], epoch_batches(data, args.batch_size, 2, True)[: args.steps + 1])
+        a, b, speedup, loss_diff = summary(at, full)
+        row = f"| {config} | {T} | {b:,.0f} | {a:,.0f} | **{speedup:.2f}x** | {loss_diff:.1e} |"
+        out.append(row)
+        print(row, flush=True)
+
+
 def matmul_params(rm):
     """The weights a token multiplies by (estimate_mfu's N): no embedding table, no LM head."""
     b = rm.backbone
@@ -392,7 +422,9 @@ def memory_child(args):
 # ----------------------------------------------------------------------------- main
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--only", default="padding,hf,pack,memory", help="comma-separated subset")
+    p.add_argument(
+        "--only", default="padding,hf,pack,readout,memory", help="comma-separated subset"
+    )
     p.add_argument("--quick", action="store_true", help="one config, 4 pairs per batch, 3 steps")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--compile", action="store_true", help="torch.compile both contenders")
@@ -423,9 +455,10 @@ def main(argv=None):
     args.runs = [("288d-6L", 256), ("288d-6L", 512), ("512d-8L", 256), ("512d-8L", 512)]
     args.bucket_runs = list(args.runs)
     args.pack_run = ("288d-6L", 512)
+    args.readout_runs = [("288d-6L", 512), ("512d-8L", 512)]
     args.memory_runs = [("288d-6L", 512), ("512d-8L", 512)]
     if args.quick:
-        args.runs = args.bucket_runs = args.memory_runs = [("288d-6L", 256)]
+        args.runs = args.bucket_runs = args.memory_runs = args.readout_runs = [("288d-6L", 256)]
         args.pack_run = ("288d-6L", 256)
         args.batch_size, args.steps, args.memory_steps = 4, 3, 2
     if args.cuda:  # GPU-sized batches and a longer sequence
@@ -441,7 +474,7 @@ def main(argv=None):
     print("\n".join(out))
     only = set(args.only.split(","))
     for name, fn in (("padding", run_padding), ("hf", run_hf), ("pack", run_pack),
-                     ("memory", run_memory)):  # fmt: skip
+                     ("readout", run_readout), ("memory", run_memory)):  # fmt: skip
         if name in only and not (name == "memory" and args.cuda):  # CUDA: peaks are in "hf"
             fn(args, out)
     if args.out:
