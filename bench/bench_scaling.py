@@ -8,7 +8,8 @@ bench_train.py), plotted to bench/scaling.png.
     python bench/bench_scaling.py --device cuda    # bf16 autocast
 
 Rows here are full (random tokens, no padding): this is the cost of the computation itself, not
-of padding, so nanoRM's unpadding does not show; bench_train.py measures real, padded batches.
+of padding, so nanoRM's unpadding does not show (its last-layer readout does); bench_train.py
+measures real, padded batches.
 A step is forward + backward + AdamW on batch_size pairs (2 * batch_size rows of seq_len).
 """
 
