@@ -119,6 +119,13 @@ def make_nanorm(config, seq_len, seed=0):
     return rm
 
 
+def nanorm_contender(args, name, config, seq_len, data):
+    """A fresh make_nanorm (seed 0: every contender starts from the same weights) that races
+    as `name`: "nanoRM", "nanoRM packed" or "nanoRM full last layer"."""
+    rm = make_nanorm(config, seq_len).to(args.device)
+    return Contender(name, rm, data, args.device, args.ctx, args.compile)
+
+
 def hf_twin(rm):
     """HF LlamaForSequenceClassification with rm's config and weights (fp32, sdpa attention)."""
     import transformers
@@ -297,11 +304,9 @@ def run_hf(args, out):
     for config, T in args.runs:
         data = load_pairs(T, args.cache)
         for bucket in (False, True) if (config, T) in args.bucket_runs else (False,):
-            rm = make_nanorm(config, T).to(args.device)
-            hf = hf_twin(rm).to(args.device)
-            twin = make_nanorm(config, T).to(args.device)  # same seed, same weights
-            ours = Contender("nanoRM", rm, data, args.device, args.ctx, args.compile)
-            packed = Contender("nanoRM packed", twin, data, args.device, args.ctx, args.compile)
+            ours = nanorm_contender(args, "nanoRM", config, T, data)
+            packed = nanorm_contender(args, "nanoRM packed", config, T, data)
+            rm, hf = ours.model, hf_twin(ours.model).to(args.device)
             peer = Contender("HF", hf, data, args.device, args.ctx, args.compile)
             idx = epoch_batches(data, args.batch_size, 0, bucket)[: args.steps + 1]
             race([ours, packed, peer], idx)
@@ -328,10 +333,8 @@ def run_pack(args, out):
     config, T = args.pack_run
     data = load_pairs(T, args.cache)
     for bucket in (False, True):
-        rm = make_nanorm(config, T).to(args.device)
-        twin = make_nanorm(config, T).to(args.device)  # same seed, same weights
-        plain = Contender("nanoRM", rm, data, args.device, args.ctx, args.compile)
-        packed = Contender("nanoRM packed", twin, data, args.device, args.ctx, args.compile)
+        plain = nanorm_contender(args, "nanoRM", config, T, data)
+        packed = nanorm_contender(args, "nanoRM packed", config, T, data)
         idx = epoch_batches(data, args.batch_size, 1, bucket)[: args.steps + 1]
         with torch.no_grad():  # rewards before training: the strictest check, per pair
             r_plain = torch.cat(plain.rewards(plain.batch(idx[0])))
@@ -352,10 +355,8 @@ def run_readout(args, out):
     out.append("|---|---|---|---|---|---|")
     for config, T in args.readout_runs:
         data = load_pairs(T, args.cache)
-        at = Contender("nanoRM", make_nanorm(config, T).to(args.device), data, args.device,
-                       args.ctx, args.compile)  # fmt: skip
-        full = Contender("nanoRM full last layer", make_nanorm(config, T).to(args.device), data,
-                         args.device, args.ctx, args.compile)  # fmt: skip
+        at = nanorm_contender(args, "nanoRM", config, T, data)
+        full = nanorm_contender(args, "nanoRM full last layer", config, T, data)
         race([at, full], epoch_batches(data, args.batch_size, 2, True)[: args.steps + 1])
         a, b, speedup, loss_diff = summary(at, full)
         row = f"| {config} | {T} | {b:,.0f} | {a:,.0f} | **{speedup:.2f}x** | {loss_diff:.1e} |"

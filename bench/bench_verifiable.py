@@ -28,7 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from verifiable import answers_match  # noqa: I001
+from verifiable import _wraps, answers_match  # noqa: I001
 
 DATA = ROOT.parent / "shared" / "data"
 
@@ -69,17 +69,6 @@ def _decimal(q):
             digits = str(abs(n.numerator)).rjust(k + 1, "0")
             return ("-" if q < 0 else "") + (digits[:-k] + "." + digits[-k:] if k else digits)
     return None
-
-
-def _wraps(s):
-    """True when the bracket at s[0] closes at s[-1]."""
-    depth = 0
-    for i, c in enumerate(s):
-        depth += c in "([{"
-        depth -= c in ")]}"
-        if depth == 0:
-            return i == len(s) - 1
-    return False
 
 
 def _shift_int(gold, fn, skip_after_point=False):
