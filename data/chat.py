@@ -5,6 +5,7 @@ the reward is read at.
     from data.chat import chat_format
     fmt = chat_format(tok)                       # from tok.chat_template: chatml, llama3 or plain
     prompt_ids = fmt.prompt_ids(tok, "\\n\\nHuman: Hi\\n\\nAssistant:")  # HH's own layout
+    prompt_ids = fmt.prompt_ids(tok, [("system", "Be brief."), ("user", "Hi")])  # or turns
     response_ids = fmt.response_ids(tok, " Hello!")   # ... + the end-of-turn token
 
 An instruct model has seen its dialogues in one layout only (ChatML's `<|im_start|>user\\n...
@@ -47,6 +48,13 @@ def hh_turns(prompt):
     return turns
 
 
+def hh_text(turns):
+    """Turns -> HH's plain text, for a base model: a system message first as it is, then
+    "\\n\\nHuman: ...\\n\\nAssistant: ..." ending with "\\n\\nAssistant:", where the response goes."""
+    label = {"user": "\n\nHuman: ", "assistant": "\n\nAssistant: ", "system": ""}
+    return "".join(label[role] + text for role, text in turns) + "\n\nAssistant:"
+
+
 @dataclass
 class ChatFormat:
     """How turns become ids. name: "chatml", "llama3" or "plain"."""
@@ -55,11 +63,13 @@ class ChatFormat:
     system: str | None = None  # a default system message the template adds (ChatML)
 
     def prompt_ids(self, tok, prompt):
-        """Ids of the dialogue so far (HH text, or a plain question: one user turn), ending
-        where the assistant's response begins."""
+        """Ids of the dialogue so far, ending where the assistant's response begins. prompt:
+        HH text or a plain question (one user turn), or [(role, text), ...] turns (system, user,
+        assistant: a conversational row's prompt, data/pairs.split_conversation)."""
         if self.name == "plain":  # the text itself after one BOS, as a base model reads it
+            prompt = prompt if isinstance(prompt, str) else hh_text(prompt)
             return tok.encode(prompt, bos=True) if prompt else [tok.bos_id]
-        turns = hh_turns(prompt)
+        turns = prompt if not isinstance(prompt, str) else hh_turns(prompt)
         special = tok.special_tokens
         if self.name == "chatml":
             start, end = special["<|im_start|>"], special["<|im_end|>"]

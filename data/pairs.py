@@ -1,12 +1,18 @@
 """
 Preference pairs: reading them, tokenizing them, storing them compactly, batching them.
 
-One format: JSON Lines (optionally .gz) with rows {"prompt": str, "chosen": str, "rejected": str},
-where chosen and rejected are the two responses to the prompt. HH-RLHF's rows {"chosen",
-"rejected"} (two full dialogues) are accepted too and split by `split_dialogue`.
+Files: JSON Lines (.jsonl, optionally .gz) or one JSON array (.json). Rows, detected one by one:
+    string pairs       {"prompt": str, "chosen": str, "rejected": str}: two responses to a prompt
+    HH dialogues       {"chosen": str, "rejected": str}: two full HH-RLHF dialogues (split_dialogue)
+    conversational     {"chosen": [messages], "rejected": [messages]} (implicit prompt: the shared
+                       leading messages) or with "prompt": [messages] (explicit prompt), TRL's
+                       formats; messages are {"role": system|user|assistant, "content": str}
+A conversational pair's prompt is a list of (role, text) turns; data/chat.py renders either kind.
 
 Bad rows (bytes that are not UTF-8, overlong lines, invalid JSON, missing keys, non-string
-values, empty responses, chosen == rejected) are reported with file and line. strict=True stops
+values, empty responses, chosen == rejected; in conversations, a prompt that differs between
+chosen and rejected, no final assistant turn, unknown roles, non-string content) are reported
+with file and line. strict=True stops
 at the first; strict=False skips them and counts them per reason. Nothing is dropped silently.
 
 Tokenization (data/chat.py): plain text is BOS + prompt tokens and response tokens + EOS; a chat
@@ -22,6 +28,7 @@ import gzip
 import json
 import os
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -49,44 +56,141 @@ def split_dialogue(chosen: str, rejected: str):
     return chosen[:cut], chosen[cut:], rejected[cut:]
 
 
+ROLES = ("system", "user", "assistant")
+
+
+def split_conversation(prompt, chosen, rejected):
+    """TRL's conversational rows -> (prompt turns [(role, text)], chosen text, rejected text).
+    Each side's conversation is prompt + its messages (a prompt string is one user turn; a side
+    that already starts with the prompt's messages, as UltraFeedback's do, holds it once). The
+    response is the last message, an assistant's; everything before it must be the same on both
+    sides, else the pair would compare two answers to two different prompts."""
+    if prompt is None:
+        head = []
+    elif isinstance(prompt, str):
+        head = [("user", prompt)]
+    else:
+        head = _messages("prompt", prompt)
+    sides = []
+    for key, messages in (("chosen", chosen), ("rejected", rejected)):
+        turns = _messages(key, messages)
+        turns = turns if turns[: len(head)] == head else head + turns
+        if turns[-1][0] != "assistant":
+            raise BadRowError(
+                f"no final assistant turn: '{key}' ends with a {turns[-1][0]} message; "
+                "the response must be the last message, with role assistant"
+            )
+        sides.append(turns)
+    c, r = sides
+    if c[:-1] != r[:-1]:
+        i = next((i for i, (a, b) in enumerate(zip(c[:-1], r[:-1])) if a != b), None)
+        where = f"at message {i + 1}" if i is not None else "in their number of messages"
+        raise BadRowError(
+            f"prompt differs: chosen and rejected differ {where} before the final assistant "
+            "turn; both must share every message but the response"
+        )
+    return c[:-1], c[-1][1], r[-1][1]
+
+
+def _messages(key, messages):
+    """A row's list of {"role", "content"} messages -> [(role, text)], each one checked."""
+    if not isinstance(messages, list) or not messages:
+        got = type(messages).__name__ if messages != [] else "an empty list"
+        raise BadRowError(
+            f"invalid messages: '{key}' is {got}, expected a list of {{role, content}} objects"
+        )
+    turns = []
+    for i, m in enumerate(messages):
+        where = f"'{key}' message {i + 1}"
+        if not isinstance(m, dict) or "role" not in m or "content" not in m:
+            raise BadRowError(f"invalid message: {where} is not an object with role and content")
+        if m["role"] not in ROLES:
+            raise BadRowError(
+                f"unknown role: {where} has role {m['role']!r}; use system, user or assistant"
+            )
+        if not isinstance(m["content"], str):
+            kind = type(m["content"]).__name__
+            raise BadRowError(f"non-string content: {where} has {kind} content (text only)")
+        turns.append((m["role"], m["content"]))
+    return turns
+
+
 MAX_ROW_BYTES = 4 << 20  # a longer line is reported, not parsed (HH's longest row is ~10 kB)
 MAX_ROW_LINES = 64  # how far a row broken by a raw newline is followed before giving up
 
 
-def read_pairs(path, strict=True, report=print):
-    """Read preference pairs from a .jsonl / .jsonl.gz file.
+def read_pairs(path, strict=True, report=print, subset_key=None):
+    """Read preference pairs from a .jsonl / .jsonl.gz file, or a .json file holding one array.
 
-    Returns (pairs, skipped): each pair is {"prompt", "chosen", "rejected", "where"} with
-    where = "file:line", and skipped maps each kind of bad row to its count. A bad row (bytes
-    that are not UTF-8, a line over MAX_ROW_BYTES, invalid JSON, a missing key, ...) never stops
-    the reading: it is reported as file:line (the physical line where the row starts) and the
-    rest is read. strict=True raises BadRowError at the first one instead."""
+    Returns (pairs, skipped): each pair is {"prompt", "chosen", "rejected", "format", "where"}
+    with where = "file:line" (and "subset": the row's subset_key field, when given), and skipped
+    maps each kind of bad row to its count. A bad row (bytes that are not UTF-8, a line over
+    MAX_ROW_BYTES, invalid JSON, a missing key, ...) never stops the reading: it is reported as
+    file:line (the physical line where the row starts) and the rest is read. strict=True raises
+    BadRowError at the first one instead."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path} not found")
     opener = gzip.open if str(path).endswith(".gz") else open
     try:
         with opener(path, "rb") as f:
-            lines = f.read().split(b"\n")
+            raw = f.read()
     except (OSError, EOFError) as e:  # gzip's bad header / truncated stream
         raise BadRowError(f"{path}: unreadable ({e})") from None
-    pairs, skipped, i = [], {}, 0
+    pairs, skipped = [], {}
+
+    def bad(e, lineno):
+        if strict:
+            raise BadRowError(f"{path}:{lineno}: {e}") from None
+        report(f"skipping {path}:{lineno}: {e}")
+        kind = str(e).split(":")[0]
+        skipped[kind] = skipped.get(kind, 0) + 1
+
+    if raw.lstrip().startswith(b"["):  # a JSON array (.json): each element is a row
+        for lineno, row in _array_rows(path, raw):
+            try:
+                pairs.append({**to_pair(row, subset_key), "where": f"{path}:{lineno}"})
+            except BadRowError as e:
+                bad(e, lineno)
+        return pairs, skipped
+    lines, i = raw.split(b"\n"), 0
     while i < len(lines):
         lineno, used = i + 1, 1
         try:
             if len(lines[i]) > MAX_ROW_BYTES:
                 raise BadRowError(f"row too long: {len(lines[i]):,} bytes > {MAX_ROW_BYTES:,}")
             if lines[i].strip():
-                row, used = _parse_lines(lines, i)
+                row, used = _parse_lines(lines, i, subset_key)
                 pairs.append({**row, "where": f"{path}:{lineno}"})
         except BadRowError as e:
-            if strict:
-                raise BadRowError(f"{path}:{lineno}: {e}") from None
-            report(f"skipping {path}:{lineno}: {e}")
-            kind = str(e).split(":")[0]
-            skipped[kind] = skipped.get(kind, 0) + 1
+            bad(e, lineno)
             used = max(used, getattr(e, "lines", 1))
         i += used
     return pairs, skipped
+
+
+def _array_rows(path, raw):
+    """(line, row) for each element of a JSON array. One syntax error spoils the whole array
+    (there is no next line to resume at), so it stops the reading, naming its line."""
+    try:
+        text = _decode(raw)
+    except BadRowError as e:
+        raise BadRowError(f"{path}: {e} (a JSON array is read whole)") from None
+    decoder, i, line = json.JSONDecoder(), text.index("[") + 1, 1
+    seen = 0  # text[:seen] holds `line - 1` newlines: count each character once
+    while True:
+        while i < len(text) and text[i] in " \t\r\n,":
+            i += 1  # (a stray comma is forgiven; a missing one is not: raw_decode stops there)
+        if i >= len(text):
+            lines = text.count("\n") + 1
+            raise BadRowError(f"{path}:{lines}: invalid JSON: the array has no closing ']'")
+        if text[i] == "]":
+            return
+        line, seen = line + text.count("\n", seen, i), i
+        try:
+            row, i = decoder.raw_decode(text, i)
+        except json.JSONDecodeError as e:
+            raise BadRowError(f"{path}:{e.lineno}: invalid JSON: {e.msg} at column {e.colno}")
+        yield line, row
 
 
 def _decode(raw):
@@ -97,13 +201,13 @@ def _decode(raw):
         raise BadRowError(f"not UTF-8: byte 0x{bad} at column {e.start + 1}") from None
 
 
-def _parse_lines(lines, i):
+def _parse_lines(lines, i, subset_key=None):
     """(row, number of physical lines it used) for the row starting at lines[i]. A row whose
     string holds a raw newline spans several lines: report it once, at its first line, and
     skip the lines it covers, instead of reporting each piece at the wrong line."""
     text = _decode(lines[i])
     try:
-        return parse_row(text), 1
+        return parse_row(text, subset_key), 1
     except BadRowError as e:
         if not str(e).startswith("invalid JSON: Unterminated string"):
             raise
@@ -121,29 +225,50 @@ def _parse_lines(lines, i):
         raise
 
 
-def parse_row(line: str):
+def parse_row(line: str, subset_key=None):
     try:
         row = json.loads(line)
     except json.JSONDecodeError as e:
         raise BadRowError(f"invalid JSON: {e.msg} at column {e.colno}") from None
+    return to_pair(row, subset_key)
+
+
+def to_pair(row, subset_key=None):
+    """One parsed row, in any of the formats above -> {"prompt", "chosen", "rejected",
+    "format"} (+ "subset", the row's subset_key field, when given)."""
     if not isinstance(row, dict):
         raise BadRowError(f"invalid row: expected a JSON object, got {type(row).__name__}")
-    keys = ("prompt", "chosen", "rejected") if "prompt" in row else ("chosen", "rejected")
-    for k in keys:
+    for k in ("chosen", "rejected"):
         if k not in row:
             raise BadRowError(f"missing key: '{k}'")
-        if not isinstance(row[k], str):
-            raise BadRowError(f"non-string value: '{k}' is {type(row[k]).__name__}")
-    if "prompt" in row:
-        prompt, chosen, rejected = row["prompt"], row["chosen"], row["rejected"]
+    if isinstance(row["chosen"], list) or isinstance(row["rejected"], list):
+        args = row.get("prompt"), row["chosen"], row["rejected"]
+        prompt, chosen, rejected = split_conversation(*args)
+        form = f"conversational ({'explicit' if 'prompt' in row else 'implicit'} prompt)"
     else:
-        prompt, chosen, rejected = split_dialogue(row["chosen"], row["rejected"])
+        for k in ("prompt", "chosen", "rejected") if "prompt" in row else ("chosen", "rejected"):
+            if not isinstance(row[k], str):
+                raise BadRowError(f"non-string value: '{k}' is {type(row[k]).__name__}")
+        if "prompt" in row:
+            prompt, chosen, rejected = row["prompt"], row["chosen"], row["rejected"]
+            form = "string pairs"
+        else:
+            prompt, chosen, rejected = split_dialogue(row["chosen"], row["rejected"])
+            form = "HH dialogues"
     for k, v in (("chosen", chosen), ("rejected", rejected)):
         if not v.strip():
             raise BadRowError(f"empty response: '{k}' is empty")
     if chosen == rejected:
         raise BadRowError("identical responses: chosen == rejected")
-    return {"prompt": prompt, "chosen": chosen, "rejected": rejected}
+    pair = {"prompt": prompt, "chosen": chosen, "rejected": rejected, "format": form}
+    if subset_key is not None:
+        subset = row.get(subset_key)
+        if not isinstance(subset, str | int) or isinstance(subset, bool) or subset == "":
+            raise BadRowError(
+                f"missing key: '{subset_key}' (--subset_key) is {subset!r}, not a subset name"
+            )
+        pair["subset"] = str(subset)
+    return pair
 
 
 def encode_pair(tok, pair, max_len, fmt=None):
@@ -240,17 +365,30 @@ class PairDataset:
         return pack_pairs([self[i] for i in indices], pad_id)
 
 
+class LengthHeuristics(NamedTuple):
+    longer_wins: float  # accuracy of "the longer response is the chosen one"
+    shorter_wins: float  # ... of "the shorter one is"; longer_wins + shorter_wins == 1
+    ties: int  # pairs whose responses are equally long: each counted half to both
+
+
+def length_heuristics(lengths):
+    """The two length heuristics a reward model must beat, from (chosen, rejected) response
+    lengths in tokens, e.g. [(len(c), len(r)) for _, c, r in encoded_pairs], or eval_rm's
+    (n, 2) lengths. A tie is a coin flip, so it counts half to each heuristic and ties says how
+    many there were (a 0.5 from all ties reads differently from a 0.5 from a split). No pairs:
+    NaN, not a made-up 0 or 1."""
+    lengths = [(int(c), int(r)) for c, r in lengths]
+    n = len(lengths)
+    longer = sum(c > r for c, r in lengths)
+    ties = sum(c == r for c, r in lengths)
+    if n == 0:
+        return LengthHeuristics(float("nan"), float("nan"), 0)
+    return LengthHeuristics((longer + ties / 2) / n, (n - longer - ties / 2) / n, ties)
+
+
 def length_baseline(pairs):
-    """Accuracy of "the longer response wins" (ties count half, as a coin flip would)."""
-    wins = sum(
-        1.0
-        if len(p["chosen"]) > len(p["rejected"])
-        else 0.5
-        if len(p["chosen"]) == len(p["rejected"])
-        else 0.0
-        for p in pairs
-    )
-    return wins / max(len(pairs), 1)
+    """Notebook 02's "longer wins" on text pairs, by characters: length_heuristics on them."""
+    return length_heuristics((len(p["chosen"]), len(p["rejected"])) for p in pairs).longer_wins
 
 
 # ----------------------------------------------------------------------------- speed: bucketing
