@@ -83,11 +83,11 @@ def split_conversation(prompt, chosen, rejected):
         sides.append(turns)
     c, r = sides
     if c[:-1] != r[:-1]:
-        i = next((i for i, (a, b) in enumerate(zip(c[:-1], r[:-1])) if a != b), None)
-        where = f"at message {i + 1}" if i is not None else "in their number of messages"
+        pairs = enumerate(zip(c[:-1], r[:-1], strict=False))
+        i = next((i for i, (a, b) in pairs if a != b), min(len(c), len(r)) - 1)
         raise BadRowError(
-            f"prompt differs: chosen and rejected differ {where} before the final assistant "
-            "turn; both must share every message but the response"
+            f"prompt differs: chosen and rejected differ at message {i + 1} of the conversation, "
+            "before the final assistant turn; both must share every message but the response"
         )
     return c[:-1], c[-1][1], r[-1][1]
 
@@ -189,7 +189,8 @@ def _array_rows(path, raw):
         try:
             row, i = decoder.raw_decode(text, i)
         except json.JSONDecodeError as e:
-            raise BadRowError(f"{path}:{e.lineno}: invalid JSON: {e.msg} at column {e.colno}")
+            msg = f"{path}:{e.lineno}: invalid JSON: {e.msg} at column {e.colno}"
+            raise BadRowError(msg) from None
         yield line, row
 
 

@@ -1,0 +1,253 @@
+"""
+Your own preference data, tokenized for train_rm.py: one script for every file format.
+
+    # a file of conversations in SmolLM2's vocabulary and chat layout (ChatML)
+    python data/prepare.py --src prefs.jsonl \\
+        --tokenizer ../shared/data/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf --out_dir data/mine
+    # a folder: each file (or each subfolder of <split>.jsonl files) is a subset; no --tokenizer:
+    # a 2,048-piece vocabulary trained on the training part, plain-text layout
+    python data/prepare.py --src prefs/ --out_dir data/mine
+    # subsets from a field of the rows instead, e.g. UltraFeedback's "source"
+    python data/prepare.py --src a.jsonl.gz b.json --subset_key source --tokenizer tok.gguf --out_dir data/mine
+    python train_rm.py --dataset data/mine --init tok.gguf --lm_coef 0   # then train on it
+
+--src takes .jsonl, .jsonl.gz and .json (one JSON array) files, or folders of them. The format of
+each row is detected (data/pairs.py: string pairs {prompt, chosen, rejected}, HH dialogues
+{chosen, rejected}, conversations [{role, content}, ...] with an implicit or explicit prompt) and
+each file's formats are reported. Conversations are rendered in the tokenizer's chat layout
+(data/chat.py: ChatML, Llama 3, or plain text), system messages and earlier turns included, and
+the reward is read at the end-of-turn token of the last assistant turn.
+
+A subset is a file's name (prefs/coding.jsonl: coding), or its folder's when the file is named
+after a split (helpful-base/test.jsonl.gz: helpful-base), or the row's --subset_key field. Each
+subset keeps a fixed, seeded --val_frac of its rows as held-out pairs (the same rows for any
+tokenizer); the training set is the union of the rest. Writes <out_dir>/{train.npz, val.npz,
+meta.json} (and tok.model when it trains a vocabulary); each pair's subset is stored with it, so
+train_rm.py and eval_rm.py report accuracy per subset. meta.json records the tokenizer's identity
+(a hash of its vocabulary, not its path), the chat layout, each file's formats and each subset's
+length heuristics.
+
+Nothing is lost by accident: an existing dataset is replaced only with --overwrite, and then
+whole (written aside, then renamed). Bad rows are reported by file and line and counted;
+--strict stops at the first.
+"""
+
+import argparse
+import glob
+import json
+import os
+import random
+import shutil
+import sys
+import tempfile
+from collections import Counter
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the root
+
+from cli import ArgumentParser, UsageError, run
+from data.chat import chat_format
+from data.pairs import BadRowError, encode_pair, length_heuristics, read_pairs, write_pairs
+from data.tokenizer import load_tokenizer, tokenizer_fingerprint, train_sentencepiece
+
+EXTENSIONS = (".jsonl", ".jsonl.gz", ".json", ".json.gz")
+SPLIT_NAMES = ("train", "test", "val", "valid", "validation", "dev")  # not a subset's name
+
+
+def fail(msg):
+    raise UsageError(msg)
+
+
+def subset_name(path):
+    """helpful-base/test.jsonl.gz -> helpful-base; prefs/coding.jsonl -> coding."""
+    stem = os.path.basename(path).split(".")[0]
+    return os.path.basename(os.path.dirname(os.path.abspath(path))) if stem in SPLIT_NAMES else stem
+
+
+def find_sources(srcs):
+    """[(subset name, file)] for files and folders (their files and their subfolders' files,
+    in sorted order)."""
+    found = []
+    for src in srcs:
+        if os.path.isdir(src):
+            files = sorted(
+                f
+                for pattern in ("*", os.path.join("*", "*"))
+                for f in glob.glob(os.path.join(src, pattern))
+                if f.endswith(EXTENSIONS) and os.path.isfile(f)
+            )
+            if not files:
+                fail(f"{src}: no {', '.join(EXTENSIONS)} files in this folder or its subfolders")
+            found += find_sources(files)
+        elif os.path.isfile(src):
+            if not src.endswith(EXTENSIONS):
+                fail(f"{src}: not a preference file; give {', '.join(EXTENSIONS)}")
+            found.append((subset_name(src), src))
+        else:
+            fail(f"{src} not found")
+    return found
+
+
+def read_sources(sources, subset_key=None, strict=False):
+    """{subset: [pairs]} in order of first appearance, the bad rows by kind, and each file's
+    formats. Subsets come from the file names, or from each row's subset_key field."""
+    names = [n for n, _ in sources]
+    if subset_key is None and len(set(names)) != len(names):
+        fail(f"two sources have the same subset name: {names} (rename them, or --subset_key)")
+    subsets, skipped, formats = {}, Counter(), {}
+    for name, path in sources:
+        try:
+            pairs, bad = read_pairs(path, strict=strict, subset_key=subset_key)
+        except BadRowError as e:
+            fail(str(e))
+        skipped.update(bad)
+        formats[path] = dict(Counter(p["format"] for p in pairs))
+        kinds = ", ".join(f"{n} {f}" for f, n in formats[path].items()) or "no pairs"
+        print(f"{path}: {len(pairs)} rows, format {kinds}; {sum(bad.values())} bad rows")
+        for p in pairs:
+            subsets.setdefault(p["subset"] if subset_key else name, []).append(p)
+    if not subsets:
+        fail(f"no pairs in {', '.join(p for _, p in sources)}: see the bad rows above")
+    return subsets, dict(skipped), formats
+
+
+def split(subsets, val_frac, seed):
+    """{"train", "val"}: [(group, pair)], a fixed, seeded val_frac of each subset held out."""
+    splits = {"train": [], "val": []}
+    for g, (subset, pairs) in enumerate(subsets.items()):
+        random.Random(f"{seed}-{subset}").shuffle(pairs)  # the same rows for any tokenizer
+        n_val = int(len(pairs) * val_frac)
+        splits["val"] += [(g, r) for r in pairs[:n_val]]
+        splits["train"] += [(g, r) for r in pairs[n_val:]]
+        print(f"{subset}: {len(pairs)} pairs, {n_val} held out")
+    return splits
+
+
+def texts(pair):
+    """Every text of a pair, for training a vocabulary (a prompt may be (role, text) turns)."""
+    prompt = pair["prompt"]
+    yield from [prompt] if isinstance(prompt, str) else (text for _, text in prompt)
+    yield pair["chosen"]
+    yield pair["rejected"]
+
+
+def heuristics(encoded):
+    """meta.json's length heuristics of encoded pairs, in response tokens (4 digits)."""
+    h = length_heuristics((len(c), len(r)) for _, c, r in encoded)
+    return round(h.longer_wins, 4), round(h.shorter_wins, 4), h.ties
+
+
+def add_arguments(p):
+    """The options every prepare script shares (data/hh_rlhf/prepare.py adds its own)."""
+    p.add_argument("--tokenizer", default=None, help=".gguf, tokenizer.json, HF dir, .model, .bin")
+    p.add_argument("--chat", default="auto", choices=("auto", "plain", "chatml", "llama3"))
+    p.add_argument("--subset_key", default=None, help="a row field naming each pair's subset")
+    p.add_argument("--vocab_size", type=int, default=2048, help="when training a vocabulary")
+    p.add_argument("--max_len", type=int, default=512, help="tokens per prompt + response")
+    p.add_argument("--val_frac", type=float, default=0.2, help="held-out part of each subset")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--strict", action="store_true", help="stop at the first bad row")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing dataset")
+
+
+def check_arguments(p, args):
+    if not 0 < args.val_frac < 1:
+        p.error(f"--val_frac must be in (0, 1), got {args.val_frac}")
+    if args.max_len < 8 or args.vocab_size < 256:
+        p.error("--max_len must be at least 8 and --vocab_size at least 256")
+
+
+def prepare(args, sources, out):
+    """Read, split, tokenize and write sources to the folder out; -> meta.json's dict."""
+    out = os.path.abspath(out)
+    if os.path.exists(os.path.join(out, "meta.json")) and not args.overwrite:
+        fail(f"{out} already holds a dataset: pass --overwrite to replace it, or --out_dir")
+    subsets, skipped, formats = read_sources(sources, args.subset_key, args.strict)
+    splits = split(subsets, args.val_frac, args.seed)
+    parent = os.path.dirname(out)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=os.path.basename(out) + ".tmp-", dir=parent)
+    try:
+        meta = write_dataset(args, sources, list(subsets), splits, tmp, out)
+        meta.update(skipped=skipped, formats=formats, subset_key=args.subset_key)
+        with open(os.path.join(tmp, "meta.json"), "w") as f:
+            json.dump(meta, f, indent=1)
+        if os.path.exists(out):  # replace the old dataset whole: aside, swap, delete
+            old = tempfile.mkdtemp(prefix=os.path.basename(out) + ".old-", dir=parent)
+            os.replace(out, os.path.join(old, "d"))
+            os.replace(tmp, out)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            shutil.rmtree(tmp)
+    print(f"wrote {out}/{{train.npz, val.npz, meta.json}}")
+    return meta
+
+
+def write_dataset(args, sources, names, splits, tmp, out):
+    """Tokenize each split into tmp/<split>.npz; -> meta.json's dict (out: the final folder)."""
+    if args.tokenizer:
+        tok_path = os.path.abspath(args.tokenizer)
+    else:  # a vocabulary trained on the training pairs only, kept inside the dataset
+        train_texts = (t for _, r in splits["train"] for t in texts(r))
+        train_sentencepiece(train_texts, os.path.join(tmp, "tok.model"), args.vocab_size)
+        tok_path = os.path.join(out, "tok.model")  # where it will be once the folder is renamed
+        print(f"trained a {args.vocab_size}-piece vocabulary")
+    try:
+        tok = load_tokenizer(os.path.join(tmp, "tok.model") if not args.tokenizer else tok_path)
+        fmt = chat_format(tok, args.chat)
+    except (OSError, ValueError) as e:
+        fail(str(e))
+    print(f"chat layout: {fmt.name}")
+    stats = {n: {} for n in names}
+    for split_name, rows in splits.items():
+        enc = [encode_pair(tok, r, args.max_len, fmt) for _, r in rows]
+        cut = [r["where"] for (_, r), e in zip(rows, enc, strict=True) if e[3]]
+        for where in cut[:5]:
+            print(f"  {where}: response longer than {args.max_len} tokens, kept its end")
+        if len(cut) > 5:
+            print(f"  ... and {len(cut) - 5} more rows whose response was cut to its end")
+        enc = [e[:3] for e in enc]
+        groups = [g for g, _ in rows]
+        write_pairs(os.path.join(tmp, f"{split_name}.npz"), enc, tok.vocab_size, groups)
+        n_tok = sum(len(a) + len(b) + len(c) for a, b, c in enc)
+        print(f"{split_name}: {len(rows)} pairs, {n_tok:,} tokens, {len(cut)} responses truncated")
+        for g, n in enumerate(names):
+            mine = [e for e, gg in zip(enc, groups, strict=True) if gg == g]
+            longer, shorter, ties = heuristics(mine)
+            stats[n].update({f"n_{split_name}": len(mine), f"longer_wins_{split_name}": longer})
+            stats[n][f"shorter_wins_{split_name}"] = shorter
+            stats[n][f"length_ties_{split_name}"] = ties
+            if split_name == "val":
+                print(f"  {n}: {len(mine)} held-out pairs, longer wins {longer:.3f}, ", end="")
+                print(f"shorter wins {shorter:.3f} ({ties} ties, counted half)")
+    return {
+        "tokenizer": tok_path,
+        "tokenizer_fingerprint": tokenizer_fingerprint(tok),
+        "chat_format": fmt.name,
+        "vocab_size": tok.vocab_size,
+        "bos_id": tok.bos_id,
+        "eos_id": tok.eos_id,
+        "end_id": fmt.end_id(tok),  # the token each response ends with: the reward is read there
+        "pad_id": tok.pad_id if tok.pad_id is not None else tok.eos_id,
+        "max_len": args.max_len,
+        "sources": [src for _, src in sources],
+        "groups": names,
+        "subsets": stats,
+        "length_baseline_val": heuristics(enc)[0],  # longer wins, all subsets (enc: val's)
+    }
+
+
+def main(argv=None):
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--src", nargs="+", required=True, help="preference files or folders of them")
+    p.add_argument("--out_dir", required=True, help="the dataset folder train_rm.py reads")
+    add_arguments(p)
+    args = p.parse_args(argv)
+    check_arguments(p, args)
+    return prepare(args, find_sources(args.src), args.out_dir)
+
+
+if __name__ == "__main__":
+    run(main)
