@@ -11,8 +11,9 @@ text was built, and every pair is checked: chosen scores 1, rejected 0.
 
 Why this data: a reward model can only learn it by reading the numbers and doing the arithmetic.
 Chosen and rejected have the same words and almost always the same length, so surface cues do not
-help: the script prints the "longer response wins" baseline, which stays near 0.5. A tiny LLaMA
-learns it from scratch on a laptop CPU in a few minutes (with the LM term: see train_rm.py).
+help: the script prints the "longer response wins" baseline (in tokens, data/pairs.py's
+length_heuristics), which stays near 0.5. A tiny LLaMA learns it from scratch on a laptop CPU in
+a few minutes (with the LM term: see train_rm.py).
 """
 
 import argparse
@@ -25,7 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the project root
 
 from cli import ArgumentParser, UsageError, run
-from data.pairs import encode_pair, length_baseline, write_pairs
+from data.pairs import encode_pair, length_heuristics, write_pairs
 from data.tokenizer import SentencePieceTokenizer, tokenizer_fingerprint, train_sentencepiece
 from verifiable import gsm8k_reward
 
@@ -98,9 +99,10 @@ def main(argv=None):
     except RuntimeError as e:  # e.g. "Vocabulary size is smaller than required_chars."
         raise UsageError(f"--vocab_size {args.vocab_size}: {str(e).rsplit('] ', 1)[-1]}") from None
     tok = SentencePieceTokenizer(tok_path)
-    splits = {"train": train, "val": val}
+    splits, longer = {"train": train, "val": val}, {}
     for split, rows in splits.items():
         encoded = [encode_pair(tok, r, args.max_len)[:3] for r in rows]
+        longer[split] = length_heuristics((len(c), len(r)) for _, c, r in encoded).longer_wins
         path = os.path.join(args.out_dir, f"{split}.npz")
         write_pairs(path, encoded, tok.vocab_size)
         n_tok = sum(len(p) + len(c) + len(r) for p, c, r in encoded)
@@ -115,14 +117,14 @@ def main(argv=None):
         "end_id": tok.eos_id,  # each response ends with EOS: the reward is read there
         "pad_id": tok.pad_id,
         "max_len": args.max_len,
-        "length_baseline_val": length_baseline(splits["val"]),
+        "length_baseline_val": round(longer["val"], 4),  # longer response wins, in tokens
     }
     with open(os.path.join(args.out_dir, "meta.json"), "w") as f:
         json.dump(meta, f, indent=1)
     print(f"wrote {tok_path} (vocab {tok.vocab_size}) and meta.json")
     print(f"example: {pairs[0]}")
-    for split, rows in splits.items():
-        print(f"{split}: 'longer response wins' baseline accuracy {length_baseline(rows):.3f}")
+    for split in splits:
+        print(f"{split}: 'longer response wins' baseline accuracy {longer[split]:.3f}")
     return meta
 
 
