@@ -34,7 +34,7 @@ class Critic(ScalarHeadModel):
     def forward(self, tokens, attention_mask=None):
         """Values (B, T): values[:, t] is the value of the text up to and including token t;
         exactly 0 at padding."""
-        h = self.backbone.hidden_states(tokens, attention_mask, unpad=True)  # (B, T, dim)
+        h = self.backbone.hidden_states(tokens, attention_mask)  # (B, T, dim)
         values = apply_head(self.head, h)  # (B, T)
         if attention_mask is not None:
             values = values * attention_mask.to(values.dtype)

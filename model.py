@@ -22,22 +22,29 @@ on one numbering. Padding is where reward-model bugs cluster in the field (the p
 positions, the pad id: huggingface/transformers#35352, OpenRLHF#217); `tests/test_model.py`
 checks left, right, no and mixed padding to 1e-5.
 
-Speed is opt-in and lives in speed.py: hidden_states(..., unpad=True) skips the padding, and
-at=cols runs the last layer at the columns a head reads only. The forward below computes every
-column; it is what speed.py must equal (tests/test_speed_paths.py).
+One forward. Training, evaluation, scoring, the critic and generation all run
+`hidden_states` below; speed comes from the layout of the tokens, never from another copy of
+the layers. The layers see a flat (N, dim) stream of the tokens that matter, so padding is never
+computed (variable-length attention, as FlashAttention's varlen kernels do it); a Layout puts
+the stream back into rows for attention, one SDPA call per row on CPU (l^2 work, not T^2) or one
+batched call on CUDA. Packed rows (a prompt once, then both responses: reward.py) come with
+their own positions and mask, and `at` runs the last layer at the tokens a head reads only.
+tests/test_forward.py checks every layout against a slow plain computation written in the test.
 
 Simplifications: one GPU or CPU process (DDP lives in train_rm.py), no tensor parallelism,
 no sliding windows, no biases (LLaMA has none). Only torch and the standard library are
-imported at module level; the checkpoint readers and speed.py are imported where used.
+imported at module level; the checkpoint readers are imported where used.
 """
 
+import functools
 import math
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-import torch.utils.checkpoint
 from torch import nn
+from torch.nn.attention.flex_attention import BlockMask, flex_attention
+from torch.utils.checkpoint import checkpoint
 
 
 @dataclass
@@ -140,6 +147,42 @@ class KVCache:
         return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
 
 
+@dataclass
+class Layout:
+    """Where the computed tokens of a (B, T) batch sit, and how attention runs over them. The
+    layers work on a flat (N, dim) stream of the tokens that matter; the layout is what turns
+    it back into rows for attention. Built once per forward by Transformer.layout."""
+
+    B: int
+    T: int
+    index: torch.Tensor | None  # (N,) flat position b * T + t of each computed token; None: all
+    lengths: list | None  # tokens per row when attention runs row by row (CPU), else None
+    row_masks: list | None  # with lengths: each row's (1, 1, l, l) part of the mask; None causal
+    mask: torch.Tensor | BlockMask | None  # (B, 1, T, S) bool or a BlockMask; None: causal
+    cache: KVCache | None = None
+
+    def rows(self, x):  # (N, ...) -> (B, T, ...), zeros at the tokens not computed
+        if self.index is None:
+            return x.unflatten(0, (self.B, self.T))
+        out = x.new_zeros(self.B * self.T, *x.shape[1:])  # differentiable: its gradient a gather
+        return out.index_copy(0, self.index, x).unflatten(0, (self.B, self.T))
+
+    def tokens(self, y):  # (B, T, ...) -> (N, ...)
+        y = y.flatten(0, 1)
+        return y if self.index is None else y[self.index]
+
+
+@dataclass
+class Readout:
+    """The M tokens whose final states are wanted (`at`): where they are in the stream, their
+    rows, and the keys each one may read. The last layer computes queries, the attention
+    output and the FFN at these alone (no other token's last-layer output reaches a head)."""
+
+    index: torch.Tensor  # (M,) position in the (N,) stream
+    row: torch.Tensor  # (M,) batch row
+    key_mask: torch.Tensor  # (M, T) bool over the columns of its row
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig, layer_id: int):
         super().__init__()
@@ -150,33 +193,57 @@ class Attention(nn.Module):
         self.wv = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=False)
         self.wo = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=False)
 
-    def forward(self, x, cos, sin, attn_mask=None, cache=None):  # x: (B, T, dim)
-        q, (k, v) = self.query(x, cos, sin), self.keys_values(x, cos, sin)
-        return self.wo(self.attend(q, k, v, attn_mask, cache))
+    def forward(self, x, cos, sin, layout, readout=None):  # x: (N, dim) -> (N or M, dim)
+        k = apply_rope(self.wk(x).unflatten(-1, (self.n_kv_heads, self.head_dim)), cos, sin)
+        v = self.wv(x).unflatten(-1, (self.n_kv_heads, self.head_dim))  # (N, n_kv_heads, hd)
+        if readout is not None:  # every token gives its key and value, only M ask queries
+            x, cos, sin = x[readout.index], cos[readout.index], sin[readout.index]
+        q = apply_rope(self.wq(x).unflatten(-1, (self.n_heads, self.head_dim)), cos, sin)
+        return self.wo(self.attend(q, k, v, layout, readout))
 
-    # query and keys_values take any leading shape, so speed.py runs them on unpadded tokens
-    def query(self, x, cos, sin):  # (..., dim) -> (..., n_heads, head_dim), rotated
-        return apply_rope(self.wq(x).unflatten(-1, (self.n_heads, self.head_dim)), cos, sin)
+    def attend(self, q, k, v, layout, readout):
+        """q (N or M, n_heads, hd) over k, v (N, n_kv_heads, hd) -> (N or M, dim): the kernel
+        is chosen by the layout, the arithmetic is one SDPA (or FlexAttention) call per rows."""
+        if readout is not None:  # each of the M queries reads the keys of its own row
+            k, v = layout.rows(k)[readout.row], layout.rows(v)[readout.row]  # (M, T, kv, hd)
+            mask = readout.key_mask[:, None, None, :]  # (M, 1, 1, T)
+            return self.sdpa(q[:, None], k, v, mask)[:, 0]
+        if layout.lengths is not None:  # CPU: row by row over its l tokens, l^2 and not T^2
+            split = lambda t: t.split(layout.lengths)  # (l, heads, hd) views, no copies
+            rows = zip(split(q), split(k), split(v), layout.row_masks, strict=True)
+            return torch.cat([self.sdpa(a[None], b[None], c[None], m)[0] for a, b, c, m in rows])
+        q, k, v = layout.rows(q), layout.rows(k), layout.rows(v)  # (B, T, heads, hd)
+        return layout.tokens(self.sdpa(q, k, v, layout.mask, layout.cache))
 
-    def keys_values(self, x, cos, sin):  # (..., dim) -> 2 x (..., n_kv_heads, head_dim)
-        k = self.wk(x).unflatten(-1, (self.n_kv_heads, self.head_dim))
-        v = self.wv(x).unflatten(-1, (self.n_kv_heads, self.head_dim))
-        return apply_rope(k, cos, sin), v
-
-    def attend(self, q, k, v, attn_mask=None, cache=None):
-        """q (B, T, n_heads, head_dim) over k, v (B, T, n_kv_heads, head_dim) -> (B, T, dim).
-        attn_mask: (B, 1, T, S) bool, True where a query may read a key; None: causal."""
+    def sdpa(self, q, k, v, mask, cache=None):
+        """(B, T, n_heads, hd) queries over (B, S, n_kv_heads, hd) keys -> (B, T, dim).
+        mask: (B, 1, T, S) bool, True where a query may read a key; a BlockMask; None: causal."""
         B, T = q.shape[:2]
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, head_dim)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, hd)
         if cache is not None:
-            k, v = cache.update(self.layer_id, k, v)  # (B, n_kv_heads, S, head_dim), S >= T
-        p = self.dropout if self.training else 0.0
-        # enable_gqa: query head h reads kv head h // (n_heads // n_kv_heads), without copying
-        gqa = self.n_kv_heads != self.n_heads
-        y = F.scaled_dot_product_attention(
-            q, k, v, attn_mask, dropout_p=p, is_causal=attn_mask is None, enable_gqa=gqa
-        )
+            k, v = cache.update(self.layer_id, k, v)  # (B, n_kv_heads, S, hd), S >= T
+        gqa = self.n_kv_heads != self.n_heads  # query head h reads kv head h // group, no copy
+        if isinstance(mask, BlockMask):  # FlexAttention skips the fully masked blocks
+            assert not (self.training and self.dropout), "FlexAttention has no dropout"
+            y = _flex(q, k, v, mask, gqa)
+        else:
+            p = self.dropout if self.training else 0.0
+            y = F.scaled_dot_product_attention(
+                q, k, v, mask, dropout_p=p, is_causal=mask is None, enable_gqa=gqa
+            )
         return y.transpose(1, 2).reshape(B, T, -1)  # (B, T, dim)
+
+
+@functools.cache
+def _compiled_flex_attention():
+    return torch.compile(flex_attention)  # dynamic shapes after the first new length
+
+
+def _flex(q, k, v, block_mask, enable_gqa):
+    """flex_attention, compiled on CUDA. Eager it is a slow reference (forward only on CPU),
+    which the CPU tests use to check the mask."""
+    fn = _compiled_flex_attention() if q.is_cuda else flex_attention
+    return fn(q, k, v, block_mask=block_mask, enable_gqa=enable_gqa)
 
 
 class FeedForward(nn.Module):
@@ -199,8 +266,10 @@ class TransformerBlock(nn.Module):
         self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x, cos, sin, attn_mask=None, cache=None):
-        x = x + self.drop(self.attention(self.attention_norm(x), cos, sin, attn_mask, cache))
+    def forward(self, x, cos, sin, layout, readout=None):  # (N, dim) -> (N, dim), or (M, dim)
+        h = self.attention(self.attention_norm(x), cos, sin, layout, readout)
+        x = x if readout is None else x[readout.index]
+        x = x + self.drop(h)
         return x + self.drop(self.feed_forward(self.ffn_norm(x)))
 
 
@@ -217,6 +286,7 @@ class Transformer(nn.Module):
         # recomputed, never saved: checkpoints hold only learned weights
         self.register_buffer("inv_freq", rope_frequencies(cfg), persistent=False)
         self.gradient_checkpointing = False  # trade compute for memory on long sequences
+        self.row_attention = None  # None: row by row on CPU, batched padded rows on CUDA
         self.apply(self._init_weights)
         for name, p in self.named_parameters():  # GPT-2's scaled init of residual projections
             if name.endswith(("wo.weight", "w2.weight")):
@@ -230,41 +300,81 @@ class Transformer(nn.Module):
         """Logits (B, T, vocab_size)."""
         return self.output(self.hidden_states(tokens, attention_mask, cache=cache))
 
-    def hidden_states(self, tokens, attention_mask=None, *, cache=None, unpad=False, at=None):
-        """Final normalised hidden states (B, T, dim), the input of every head.
+    def hidden_states(
+        self, tokens, attention_mask=None, *, positions=None, attn_mask=None, at=None, cache=None
+    ):
+        """The forward: final normalised hidden states (B, T, dim), 0 at padding.
 
-        tokens: (B, T) ids. attention_mask: (B, T), 1 at real tokens, padding on any side; with
-        a cache, (B, S) covering the cached positions too. Positions and the attention mask
-        are derived from it (see the top of this file), then `run` does the work.
-        Opt-in speed (speed.py, same states with less work): unpad=True computes the real
-        tokens only, and padding positions come out 0; at=(B, k) columns of real tokens returns
-        only their states, (B, k, dim), the last layer run there alone (padding skipped too).
-        """
+        tokens (B, T) ids. attention_mask (B, T): 1 at real tokens, padding on any side (with a
+        cache, (B, S) over the cached positions too). positions (B, T): RoPE positions, by
+        default the number of real tokens before each one. attn_mask (B, T, T) bool or a
+        FlexAttention BlockMask: who reads whom, for packed rows; by default causal among a
+        row's real tokens. at (B, k): columns whose states are wanted, returned as (B, k, dim);
+        the last layer runs its queries and FFN there alone. Padding is never computed."""
         self.check_tokens(tokens)
         B, T = tokens.shape
         start = 0 if cache is None else cache.len
-        if start + T > self.config.max_seq_len:
+        real = None if attention_mask is None else attention_mask.to(tokens.device).bool()
+        if positions is None:
+            if start + T > self.config.max_seq_len:
+                raise ValueError(
+                    f"sequence length {start + T} exceeds max_seq_len {self.config.max_seq_len}"
+                )
+            if real is None:
+                positions = torch.arange(start, start + T, device=tokens.device).expand(B, T)
+            else:  # position = number of real tokens before this one
+                positions = (real.long().cumsum(-1) - 1).clamp(min=0)[:, -T:]
+        elif positions.numel() and positions.max() >= self.config.max_seq_len:
+            # a packed row may be longer than max_seq_len; the positions in it may not
             raise ValueError(
-                f"sequence length {start + T} exceeds max_seq_len {self.config.max_seq_len}"
+                f"position {int(positions.max())} exceeds max_seq_len {self.config.max_seq_len}"
             )
-        if attention_mask is not None:
-            attention_mask = attention_mask.to(tokens.device).bool()
-            if cache is None and attention_mask.all():  # no padding: plain causal attention,
-                attention_mask = None  # without a (B, T, T) mask (is_causal's faster kernels)
-        elif cache is not None:  # the chunk reads everything cached before it
-            attention_mask = torch.ones(B, start + T, dtype=torch.bool, device=tokens.device)
-        if attention_mask is None:
-            positions = torch.arange(start, start + T, device=tokens.device).expand(B, T)
-        else:  # position = number of real tokens before this one
-            positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, -T:]
-        if unpad or at is not None:
-            if cache is not None:
-                raise ValueError("unpad and at are for scoring, not for cached generation")
-            import speed
+        layout = self.layout(tokens, real, attn_mask, cache)
+        readout = None if at is None else self.readout(at, real, layout)
+        cos, sin = self.rope(positions.flatten())  # (B * T, head_dim / 2) each
+        flat = tokens.flatten()
+        if layout.index is not None:  # the padding leaves the stream here, for every layer
+            flat, cos, sin = flat[layout.index], cos[layout.index], sin[layout.index]
+        x = self.tok_embeddings(flat)  # (N, dim)
+        for i, layer in enumerate(self.layers):
+            last = readout if i == len(self.layers) - 1 else None
+            if self.gradient_checkpointing and self.training:
+                x = checkpoint(layer, x, cos, sin, layout, last, use_reentrant=False)
+            else:
+                x = layer(x, cos, sin, layout, last)
+        if cache is not None:
+            cache.len += T
+        x = self.norm(x)
+        return layout.rows(x) if at is None else x.view(*at.shape, -1)  # (B, T|k, dim)
 
-            return speed.unpadded_hidden_states(self, tokens, attention_mask, positions, at=at)
-        attn_mask = None if attention_mask is None else self.padding_mask(attention_mask, T)
-        return self.run(tokens, positions, attn_mask, cache)  # attn_mask None: causal
+    def layout(self, tokens, real, attn_mask, cache):
+        """The Layout of a batch: padding (real False) leaves the stream; attention runs row by
+        row over the real tokens on CPU (one SDPA call per row: l^2 work, not T^2) and as one
+        batched call on padded rows on CUDA (faster there) or with a cache (generation)."""
+        B, T = tokens.shape
+        if cache is not None:  # generation: every column computed, keys cached before it
+            S = cache.len + T
+            real = (
+                torch.ones(B, S, dtype=torch.bool, device=tokens.device) if real is None else real
+            )
+            return Layout(B, T, None, None, None, self.padding_mask(real, T)[:, None], cache)
+        if real is not None and real.all():
+            real = None  # nothing to skip
+        index = None if real is None else real.flatten().nonzero().squeeze(1)  # (N,)
+        per_row = self.row_attention if self.row_attention is not None else not tokens.is_cuda
+        if real is not None and per_row and not isinstance(attn_mask, BlockMask):
+            masks = [None] * B if attn_mask is None else attn_mask
+            masks = [
+                None if m is None else m[r][:, r][None, None]
+                for m, r in zip(masks, real, strict=True)
+            ]
+            full = None if attn_mask is None else attn_mask[:, None]  # for a readout's keys
+            return Layout(B, T, index, real.sum(1).tolist(), masks, full)
+        if attn_mask is None and real is not None:
+            attn_mask = self.padding_mask(real, T)
+        if isinstance(attn_mask, torch.Tensor):
+            attn_mask = attn_mask[:, None]  # (B, 1, T, T), broadcast over heads
+        return Layout(B, T, index, None, None, attn_mask)
 
     @staticmethod
     def padding_mask(attention_mask, T):
@@ -276,23 +386,30 @@ class Transformer(nn.Module):
         k = torch.arange(S, device=attention_mask.device)[None, :]  # (1, S)
         return (k <= q) & attention_mask.bool()[:, None, :] | (k == q)
 
-    def run(self, tokens, positions, attn_mask=None, cache=None):
-        """The transformer itself: tokens (B, T) at RoPE positions (B, T) -> states (B, T, dim).
-        attn_mask: (B, T, S) bool, True where a query may read a key; None: causal."""
-        if attn_mask is not None:
-            attn_mask = attn_mask.unsqueeze(1)  # (B, 1, T, S), broadcast over heads
-        cos, sin = self.rope(positions)
-        h = self.tok_embeddings(tokens)  # (B, T, dim)
-        for layer in self.layers:
-            if self.gradient_checkpointing and self.training:
-                h = torch.utils.checkpoint.checkpoint(
-                    layer, h, cos, sin, attn_mask, cache, use_reentrant=False
-                )
-            else:
-                h = layer(h, cos, sin, attn_mask, cache)
-        if cache is not None:
-            cache.len += tokens.size(1)
-        return self.norm(h)
+    def readout(self, at, real, layout):
+        """The Readout of the columns at (B, k): their stream positions and key masks."""
+        B, T, dev = layout.B, layout.T, at.device
+        if layout.cache is not None:
+            raise ValueError("at is for scoring, not for cached generation")
+        if at.numel() and (at.min() < 0 or at.max() >= T):
+            raise ValueError(f"at must name columns in [0, {T}), got {at.tolist()}")
+        if real is not None and not real.gather(1, at).all():
+            raise ValueError("at selects a padding position; it must name real tokens")
+        row, col = torch.arange(B, device=dev)[:, None].expand_as(at).flatten(), at.flatten()
+        keys = torch.arange(T, device=dev)[None, :]  # (1, T)
+        if isinstance(layout.mask, BlockMask):  # its mask_mod, evaluated at the readout's rows
+            key_mask = layout.mask.mask_mod(row[:, None], 0, col[:, None], keys)
+        elif layout.mask is not None:
+            key_mask = layout.mask[row, 0, col]  # (M, T)
+        else:  # causal among the row's real tokens
+            key_mask = keys <= col[:, None]
+            key_mask = key_mask if real is None else key_mask & real[row]
+        flat = row * T + col  # (M,) in the (B * T) layout; -> in the stream of computed tokens
+        if layout.index is not None:
+            where = torch.full((B * T,), -1, dtype=torch.long, device=dev)
+            where[layout.index] = torch.arange(layout.index.numel(), device=dev)
+            flat = where[flat]
+        return Readout(flat, row, key_mask.expand(row.numel(), T))
 
     def rope(self, positions):
         """cos and sin (..., head_dim/2) of the RoPE angles position * inv_freq."""
@@ -306,6 +423,19 @@ class Transformer(nn.Module):
         if tokens.numel() and (tokens.min() < 0 or tokens.max() >= V):
             bad = tokens[(tokens < 0) | (tokens >= V)][0].item()
             raise ValueError(f"token id {bad} is outside the vocabulary [0, {V})")
+
+    def estimate_mfu(self, n_params, tokens_per_second, peak_flops=989e12, seq_len=None):
+        """Model FLOPs utilisation: the FLOP/s that training at tokens_per_second needs, as a
+        fraction of the accelerator's peak (989e12: H100 SXM, bf16, dense). As nanoGPT, after
+        PaLM's appendix B, a trained token costs 6 N + 12 L H Q T FLOPs: each of the N weights
+        does a multiply-add forward and two backward; per layer the scores q.k and their sum
+        over v are H*Q*T multiply-adds each, forward, and twice that backward. N: the weights a
+        token multiplies by (no embedding table, and for a reward model no LM head). T: the
+        length attended over (default max_seq_len; the mean row length is fairer). Count
+        useful tokens only: padding computed is not progress."""
+        cfg, T = self.config, seq_len or self.config.max_seq_len
+        flops_per_token = 6 * n_params + 12 * cfg.n_layers * cfg.n_heads * cfg.head_dim * T
+        return flops_per_token * tokens_per_second / peak_flops
 
     @torch.no_grad()
     def generate(

@@ -40,7 +40,6 @@ from torch.utils.checkpoint import checkpoint
 
 from cli import ArgumentParser, UsageError, is_torch_file, load_torch, run
 from model import ModelConfig, Transformer
-from speed import packed_hidden_states
 
 LOSSES = ("logsig", "logexp", "bce")
 LM_CHUNK = 1024  # response tokens per LM-head call: at most (LM_CHUNK, vocab) logits alive
@@ -306,9 +305,10 @@ class RewardModel(ScalarHeadModel):
         mask and positions make each token see what it sees in its plain sequence, so the
         rewards equal forward_pair's. flex=True uses FlexAttention (CUDA) for the mask."""
         mask = packed_block_mask(segments) if flex else packed_attention_mask(segments)
-        real = segments >= 0  # padding is skipped by the backbone's unpadding
         ends = torch.stack([chosen_end, rejected_end], 1)  # (B, 2)
-        h = packed_hidden_states(self.backbone, tokens, positions, mask, real, at=ends)
+        h = self.backbone.hidden_states(
+            tokens, segments >= 0, positions=positions, attn_mask=mask, at=ends
+        )  # (B, 2, dim)
         r = apply_head(self.head, h)  # (B, 2)
         return r[:, 0], r[:, 1]
 
@@ -352,7 +352,7 @@ class LMRegularizedRewardModel(RewardModel):
         (B, T, vocab) logits exist (at a 49k vocabulary they would be the whole memory)."""
         B = chosen.size(0)
         tokens, mask = pad_and_concat(chosen, chosen_mask, rejected, rejected_mask)  # (2B, T)
-        h = self.backbone.hidden_states(tokens, mask, unpad=True)  # (2B, T, dim)
+        h = self.backbone.hidden_states(tokens, mask)  # (2B, T, dim)
         r = score_last_token(self.head, h, mask)  # (2B,)
         r_c, r_r = r[:B], r[B:]
         rm_loss = pairwise_loss(kind, r_c, r_r, margin=margin, center_coef=center_coef)
@@ -453,7 +453,9 @@ class LengthDebiasedRewardModel(RewardModel):
         response's length is the count of its segment's tokens."""
         mask = packed_block_mask(segments) if flex else packed_attention_mask(segments)
         ends = torch.stack([chosen_end, rejected_end], 1)  # (B, 2)
-        h = packed_hidden_states(self.backbone, tokens, positions, mask, segments >= 0, at=ends)
+        h = self.backbone.hidden_states(
+            tokens, segments >= 0, positions=positions, attn_mask=mask, at=ends
+        )  # (B, 2, dim)
         h = h.transpose(0, 1).flatten(0, 1)  # (B, 2, dim) -> (2B, dim): chosen rows, then rejected
         lengths = torch.cat([(segments == 1).sum(1), (segments == 2).sum(1)])  # (2B,)
         return self._odin(h, lengths, kind, margin, center_coef, length_coef)

@@ -45,7 +45,6 @@ from reward import (
     checkpoint_tokenizer,
     pairwise_loss,
 )
-from speed import estimate_mfu
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -655,7 +654,7 @@ def main(argv=None):
             mfu = ""  # useful tokens only, per GPU, against an H100's bf16 peak
             if proc.cuda:
                 per_gpu = computed_seen / dt / proc.world
-                mfu = f" | mfu {estimate_mfu(rm.backbone.config, matmul_weights(rm), per_gpu):.1%}"
+                mfu = f" | mfu {rm.backbone.estimate_mfu(matmul_weights(rm), per_gpu):.1%}"
             eta = (time.time() - t_start) / (step - start_step) * (cfg.max_iters - step)
             row = dict(step=step, split="train", loss=tr_loss, acc=tr_acc, objective=objective)
             log(dict(row, lr=lr, grad_norm=grad_norm, tok_per_s=tok_s))

@@ -58,7 +58,6 @@ from data.pairs import PairDataset, bucketed_order, encode_pair, read_pairs, wri
 from data.tokenizer import load_tokenizer
 from model import ModelConfig
 from reward import RewardModel, pad_and_concat, pairwise_loss, score_last_token
-from speed import estimate_mfu
 
 SHARED = ROOT.parent / "shared" / "data"
 HH = [SHARED / "hh-rlhf" / s / "test.jsonl.gz" for s in ("helpful-base", "harmless-base")]
@@ -223,7 +222,7 @@ class Contender:
         """forward_pair without hidden_states' `at`: the last layer runs on every token."""
         tokens, mask = pad_and_concat(b.chosen, b.chosen_mask, b.rejected, b.rejected_mask)
         r = score_last_token(
-            self.model.head, self.model.backbone.hidden_states(tokens, mask, unpad=True), mask
+            self.model.head, self.model.backbone.hidden_states(tokens, mask), mask
         )
         return r[: len(b.chosen)], r[len(b.chosen) :]
 
@@ -329,8 +328,7 @@ def run_hf(args, out):
                 f"{max(loss_diff, loss_diff_p):.1e} |"
             )
             if args.cuda:
-                n = rm.backbone.config
-                mfu = [estimate_mfu(n, matmul_params(rm), x, seq_len=T) for x in (a, b)]
+                mfu = [rm.backbone.estimate_mfu(matmul_params(rm), x, seq_len=T) for x in (a, b)]
                 row += (
                     f" {max(ours.peaks):,.0f} / {max(peer.peaks):,.0f} | "
                     f"{mfu[0]:.1%} / {mfu[1]:.1%} |"

@@ -237,14 +237,15 @@ fig.tight_layout()
 # the model builds exactly this mask: handing it over explicitly changes nothing
 with torch.no_grad():
     logits = model(tokens, mask)
-    print("model(tokens, mask) == model.output(model.run(tokens, positions, allowed)):",
-          torch.allclose(logits, model.output(model.run(tokens, positions, allowed)), atol=1e-5))
+    given = model.output(model.hidden_states(tokens, mask, positions=positions, attn_mask=allowed))
+    print("model(tokens, mask) == the same forward given positions and mask explicitly:",
+          torch.allclose(logits, given, atol=1e-5))
 
 # %% [markdown]
 # Now the test that matters: is each prompt computed inside the padded batch exactly as it is
 # alone? We let the batch generate 20 tokens, then score the whole text (prompt and new tokens)
-# three ways against the same text run alone, without padding. `model.run` takes explicit
-# positions (hidden_states derives them from the mask), so we can try other numberings:
+# three ways against the same text run alone, without padding. `hidden_states` takes explicit
+# `positions` (by default it derives them from the mask), so we can try other numberings:
 #
 # * **from the mask**, what `model.py` does;
 # * **column index** (0, 1, 2, ... in every row), the naive default;
@@ -266,7 +267,8 @@ numberings = {
 diffs = {}
 with torch.no_grad():
     for name, pos in numberings.items():
-        batched = model.output(model.run(out, pos, model.padding_mask(full, T + N)))
+        allowed = model.padding_mask(full, T + N)
+        batched = model.output(model.hidden_states(out, positions=pos, attn_mask=allowed))
         for b, s in enumerate(seqs):
             real = out[b, T - len(s):]  # row b without its padding
             alone = model(real[None])[0]  # positions 0, 1, 2, ...: no padding at all

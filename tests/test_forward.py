@@ -1,6 +1,8 @@
-"""Every speed path (speed.py) gives the plain path's numbers, states and gradients: unpadding
-(both attention layouts), the last-layer readout, shared-prompt packing (SDPA and FlexAttention
-masks), length bucketing; and estimate_mfu by hand. No timing here: bench/ measures speed."""
+"""The one forward (model.py's hidden_states) in every layout gives the numbers of a slow plain
+computation written here (`reference_states`: every column, an explicit softmax, the weights
+used directly), states and gradients: padding skipped with both attention kernels (row by row,
+batched rows), the last-layer readout, shared-prompt packing (SDPA and FlexAttention masks),
+length bucketing; and estimate_mfu by hand. No timing here: bench/ measures speed."""
 
 import sys
 from contextlib import nullcontext
@@ -8,9 +10,9 @@ from contextlib import nullcontext
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from conftest import ROOT, shared_path
 
-import speed
 from data.pairs import (
     PAD_SEGMENT,
     Batch,
@@ -21,9 +23,8 @@ from data.pairs import (
     read_pairs,
     write_pairs,
 )
-from model import ModelConfig, Transformer
+from model import ModelConfig, Transformer, apply_rope
 from reward import RewardModel, packed_attention_mask, pairwise_loss, score_last_token
-from speed import estimate_mfu, packed_hidden_states
 
 V, PAD = 97, 0
 
@@ -43,13 +44,42 @@ def random_items(lengths, seed=0):
     return [tuple(g.integers(1, V, n) for n in plp) for plp in lengths]
 
 
+def reference_states(net, tokens, positions, allowed):
+    """The slow plain computation of the final states (B, T, dim): every column, attention as
+    an explicit softmax over `allowed` (B, T, T) bool, the model's weights used directly."""
+    cfg = net.config
+    H, KV, hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    norm = lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + cfg.norm_eps) * w
+    cos, sin = net.rope(positions)
+    x = net.tok_embeddings.weight[tokens]
+    for layer in net.layers:
+        a, f = layer.attention, layer.feed_forward
+        h = norm(x, layer.attention_norm.weight)
+        q = apply_rope((h @ a.wq.weight.T).unflatten(-1, (H, hd)), cos, sin)
+        k = apply_rope((h @ a.wk.weight.T).unflatten(-1, (KV, hd)), cos, sin)
+        v = (h @ a.wv.weight.T).unflatten(-1, (KV, hd))
+        k, v = k.repeat_interleave(H // KV, 2), v.repeat_interleave(H // KV, 2)
+        scores = torch.einsum("bthd,bshd->bhts", q, k) / hd**0.5
+        scores = scores.masked_fill(~allowed[:, None], float("-inf"))
+        x = x + torch.einsum("bhts,bshd->bthd", scores.softmax(-1), v).flatten(2) @ a.wo.weight.T
+        h = norm(x, layer.ffn_norm.weight)
+        x = x + (F.silu(h @ f.w1.weight.T) * (h @ f.w3.weight.T)) @ f.w2.weight.T
+    return norm(x, net.norm.weight)
+
+
+def padded_reference(net, tokens, mask):
+    """reference_states for a padded batch: positions and causal mask from the padding."""
+    positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
+    return reference_states(net, tokens, positions, net.padding_mask(mask, tokens.size(1)))
+
+
 # prompts long and short, empty (a truncated pair), 1-token responses, equal lengths
 LENGTHS = [(9, 3, 7), (0, 4, 2), (30, 1, 12), (1, 12, 12), (17, 8, 1), (5, 5, 5)]
 
 
 def plain_rewards(rm, items):
-    """The reference: the plain forward (every column computed, no readout) on right-padded
-    prompt + chosen, prompt + rejected rows, read at each row's last real token."""
+    """The reference: the slow plain computation on right-padded prompt + chosen and prompt +
+    rejected rows, read at each row's last real token."""
     seqs = [np.concatenate([p, c]) for p, c, _ in items] + [
         np.concatenate([p, r]) for p, _, r in items
     ]
@@ -57,7 +87,7 @@ def plain_rewards(rm, items):
     tokens, mask = torch.full((len(seqs), T), PAD), torch.zeros(len(seqs), T, dtype=torch.long)
     for i, s in enumerate(seqs):
         tokens[i, : len(s)], mask[i, : len(s)] = torch.from_numpy(s), 1
-    r = score_last_token(rm.head, rm.backbone.hidden_states(tokens, mask), mask)
+    r = score_last_token(rm.head, padded_reference(rm.backbone, tokens, mask), mask)
     return r[: len(items)], r[len(items) :]
 
 
@@ -162,14 +192,13 @@ def padded_batch(seqs, side):
 
 @pytest.mark.parametrize("per_row", [True, False], ids=["cpu-row-by-row", "gpu-padded-rows"])
 @pytest.mark.parametrize("side", ["right", "left"])
-def test_unpadded_states_and_gradients_equal_one_sequence_at_a_time(monkeypatch, per_row, side):
-    """unpad=True skips padding; both attention layouts (row by row on CPU, padded rows on
+def test_padded_states_and_gradients_equal_one_sequence_at_a_time(per_row, side):
+    """The forward skips padding; both attention kernels (row by row on CPU, padded rows on
     GPU, forced here) give each sequence's states as if it were alone, and the same gradients;
-    the plain forward on the padded batch gives the same states at the real tokens."""
-    real_unpad = speed.unpad_batch
-    monkeypatch.setattr(speed, "unpad_batch", lambda a, m, _: real_unpad(a, m, per_row))
+    the slow reference on the padded batch gives the same states at the real tokens."""
     torch.manual_seed(0)
     net = Transformer(ModelConfig(dim=48, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=V))
+    net.row_attention = per_row
     seqs = [torch.randint(1, V, (n,)).tolist() for n in (7, 19, 1, 12)]
     w = torch.randn(48)  # a loss that reads every real token
 
@@ -180,12 +209,12 @@ def test_unpadded_states_and_gradients_equal_one_sequence_at_a_time(monkeypatch,
 
     net.zero_grad()
     tokens, mask = padded_batch(seqs, side)
-    h = net.hidden_states(tokens, mask, unpad=True)  # (B, T, dim)
+    h = net.hidden_states(tokens, mask)  # (B, T, dim)
     real = mask.bool()
     assert (h[~real] == 0).all()  # padding positions come out as 0
     assert (h[real] - torch.cat(alone)).abs().max() < 1e-5
     with torch.no_grad():
-        assert (net.hidden_states(tokens, mask)[real] - h[real]).abs().max() < 1e-5
+        assert (padded_reference(net, tokens, mask)[real] - h[real]).abs().max() < 1e-5
     ((h @ w).square() * real).sum().backward()
     for n, g in ref.items():
         err = (g - dict(net.named_parameters())[n].grad).abs().max()
@@ -194,20 +223,19 @@ def test_unpadded_states_and_gradients_equal_one_sequence_at_a_time(monkeypatch,
 
 @pytest.mark.parametrize("per_row", [True, False], ids=["cpu-row-by-row", "gpu-padded-rows"])
 @pytest.mark.parametrize("layout", ["no-padding", "right", "left", "packed"])
-def test_last_layer_at_readout_tokens_equals_full_states(monkeypatch, per_row, layout):
-    """hidden_states(..., at=cols) and packed_hidden_states(..., at=cols) run the last layer's
-    queries and FFN at cols only: the states there, and the gradients of anything read from
-    them, equal the plain forward's (every column computed, padding too)."""
-    real_unpad = speed.unpad_batch
-    monkeypatch.setattr(speed, "unpad_batch", lambda a, m, _: real_unpad(a, m, per_row))
+def test_last_layer_at_readout_tokens_equals_full_states(per_row, layout):
+    """hidden_states(..., at=cols), plain or packed, runs the last layer's queries and FFN at
+    cols only: the states there, and the gradients of anything read from them, equal the slow
+    reference's (every column computed, padding too)."""
     torch.manual_seed(0)
     net = Transformer(ModelConfig(dim=48, n_layers=3, n_heads=4, n_kv_heads=2, vocab_size=V))
+    net.row_attention = per_row
     if layout == "packed":  # two readout tokens per row, each seeing its own segment
         b = pack_pairs(random_items(LENGTHS, seed=4), PAD)
         tokens, mask, attn = b.tokens, b.segments >= 0, packed_attention_mask(b.segments)
         at = torch.stack([b.chosen_end, b.rejected_end], 1)  # (B, 2)
-        fast = lambda: packed_hidden_states(net, tokens, b.positions, attn, mask, at=at)
-        plain = lambda: net.run(tokens, b.positions, attn)
+        fast = lambda: net.hidden_states(tokens, mask, positions=b.positions, attn_mask=attn, at=at)
+        plain = lambda: reference_states(net, tokens, b.positions, attn)
     else:
         seqs = [torch.randint(1, V, (n,)).tolist() for n in (7, 19, 1, 12)]
         if layout == "no-padding":
@@ -216,7 +244,7 @@ def test_last_layer_at_readout_tokens_equals_full_states(monkeypatch, per_row, l
         t = torch.arange(tokens.size(1))
         at = torch.stack([(t * mask).max(1).values, mask.argmax(1)], 1)  # last and first real
         fast = lambda: net.hidden_states(tokens, mask, at=at)
-        plain = lambda: net.hidden_states(tokens, mask)
+        plain = lambda: padded_reference(net, tokens, mask)
     w = torch.randn(48)
 
     def states_and_grads(use_at):
@@ -239,10 +267,10 @@ def test_last_layer_at_readout_tokens_equals_full_states(monkeypatch, per_row, l
 
 
 @pytest.mark.parametrize("lead", [0, 5, 10], ids=["no-causal-lead", "causal-lead", "all-causal"])
-def test_row_by_row_attention_with_a_caller_mask_equals_padded_rows(monkeypatch, lead):
+def test_row_by_row_attention_with_a_caller_mask_equals_padded_rows(lead):
     """Row-by-row attention (CPU) cuts each row's part out of a caller's mask; any mask (here
     random after `lead` causal rows) gives the padded-rows (GPU) result and gradients, and the
-    plain forward's states at the real tokens."""
+    slow reference's states at the real tokens."""
     g = torch.Generator().manual_seed(lead)
     B, T = 3, 10
     tokens = torch.randint(1, V, (B, T), generator=g)
@@ -254,12 +282,11 @@ def test_row_by_row_attention_with_a_caller_mask_equals_padded_rows(monkeypatch,
     torch.manual_seed(0)
     net = Transformer(ModelConfig(dim=48, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=V))
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    real_unpad = speed.unpad_batch
     out = {}
     for per_row in (True, False):
-        monkeypatch.setattr(speed, "unpad_batch", lambda a, m, _, p=per_row: real_unpad(a, m, p))
+        net.row_attention = per_row
         net.zero_grad()
-        h = packed_hidden_states(net, tokens, positions, attn, mask)
+        h = net.hidden_states(tokens, mask, positions=positions, attn_mask=attn)
         h.square().sum().backward()
         out[per_row] = (
             h.detach(),
@@ -267,7 +294,7 @@ def test_row_by_row_attention_with_a_caller_mask_equals_padded_rows(monkeypatch,
         )
     assert (out[True][0] - out[False][0]).abs().max() < 1e-5
     with torch.no_grad():
-        plain = net.run(tokens, positions, attn)
+        plain = reference_states(net, tokens, positions, attn)
     assert (plain - out[True][0])[mask.bool()].abs().max() < 1e-5
     for n, grad in out[False][1].items():
         assert (grad - out[True][1][n]).abs().max() <= 1e-5 * grad.abs().max(), n
@@ -282,7 +309,7 @@ def test_readout_columns_must_be_real_tokens():
         net.hidden_states(tokens, mask, at=torch.tensor([[2], [3]]))
 
 
-def test_unpadding_with_gradient_checkpointing_same_gradients():
+def test_gradient_checkpointing_same_gradients():
     rm = tiny().train()
     items = random_items(LENGTHS, seed=2)
     loss, grads = loss_and_grads(rm, plain_rewards, items)
@@ -362,11 +389,13 @@ def test_estimate_mfu_by_hand():
     N = 7_000_000
     flops_per_token = 6 * N + 12 * 6 * 6 * 48 * 256  # = 42e6 + 5,308,416
     assert flops_per_token == 47_308_416
-    assert estimate_mfu(cfg, N, 1e6, peak_flops=1e14) == pytest.approx(0.47308416)
-    assert estimate_mfu(cfg, N, 1e6, peak_flops=1e14, seq_len=128) == pytest.approx(
+    with torch.device("meta"):
+        net = Transformer(cfg)
+    assert net.estimate_mfu(N, 1e6, peak_flops=1e14) == pytest.approx(0.47308416)
+    assert net.estimate_mfu(N, 1e6, peak_flops=1e14, seq_len=128) == pytest.approx(
         (42e6 + 12 * 6 * 6 * 48 * 128) * 1e6 / 1e14
     )
-    assert estimate_mfu(cfg, N, 1e6) == pytest.approx(47_308_416e6 / 989e12)  # H100 bf16
+    assert net.estimate_mfu(N, 1e6) == pytest.approx(47_308_416e6 / 989e12)  # H100 bf16
 
 
 def test_benchmark_hf_peer_is_the_same_model():
