@@ -8,6 +8,11 @@ file or option and what to do, exit status 2. Anything else is a bug and keeps i
     if __name__ == "__main__":
         run(main)   # main raises UsageError, FileNotFoundError or BadRowError for those
 
+A script's options are one dataclass whose fields say their default, help and check (`opt`);
+`parse_config` turns it into argparse options and checks every value, so a wrong one is one
+line naming the option. Files are written aside and renamed (`atomic_write`), so a kill at any
+moment leaves the previous file whole.
+
 Expected failures are UsageError (a ValueError, so callers that catch ValueError still do), plus
 FileNotFoundError and data.pairs.BadRowError, whose messages already name the file (and line).
 """
@@ -17,6 +22,8 @@ import os
 import pickle
 import sys
 import zipfile
+from contextlib import contextmanager
+from dataclasses import field, fields
 
 
 class UsageError(ValueError):
@@ -75,3 +82,57 @@ def load_torch(path, **kwargs):
         raise UsageError(f"{path} is corrupt ({reason})") from None
     except pickle.UnpicklingError:
         raise UsageError(f"{path} holds more than tensors and plain data: not loaded") from None
+
+
+# ----------------------------------------------------------------------------- options
+def opt(default, help, check=None):
+    """A config field: its default, --help text and check = (test, what the value must be)."""
+    return field(default=default, metadata={"help": help, "check": check})
+
+
+AT_LEAST_1 = (lambda v: v >= 1, ">= 1")
+NON_NEGATIVE = (lambda v: v >= 0, ">= 0")
+POSITIVE = (lambda v: v > 0, "> 0")
+
+
+def one_of(*names):
+    return (lambda v: v in names, f"one of {', '.join(names)}")
+
+
+def parse_config(cls, argv=None, description=None):
+    """An instance of the dataclass cls from the command line: --field for every field (a bool
+    takes --x, --x true/false/1/0; never a silent False), each value checked by its field's
+    check. A value that fails is one line: --field must be ..., got ..."""
+    p = ArgumentParser(
+        description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    for f in fields(cls):
+        if f.type in (bool, "bool"):
+            kind = dict(type=boolean, nargs="?", const=True)
+        else:
+            kind = dict(type=type(f.default) if f.default is not None else str)
+        p.add_argument(f"--{f.name}", **kind, default=f.default, help=f.metadata.get("help"))
+    cfg = cls(**vars(p.parse_args(argv)))
+    for f in fields(cfg):
+        test, must = f.metadata.get("check") or (None, None)
+        if test and not test(getattr(cfg, f.name)):
+            raise UsageError(f"--{f.name} must be {must}, got {getattr(cfg, f.name)!r}")
+    return cfg
+
+
+# ----------------------------------------------------------------------------- files
+@contextmanager
+def atomic_write(path, mode="wb"):
+    """open(path, mode) for writing, but the bytes go to path.tmp, which is flushed to disk and
+    renamed over path only when the block ends without an error: a reader, or a kill at any
+    moment, sees the old file or the new one, never half of one."""
+    tmp = f"{path}.tmp"
+    try:
+        with open(tmp, mode) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
