@@ -102,7 +102,7 @@ def read_sources(sources, subset_key=None, strict=False):
         skipped.update(bad)
         formats[path] = dict(Counter(p["format"] for p in pairs))
         kinds = ", ".join(f"{n} {f}" for f, n in formats[path].items()) or "no pairs"
-        print(f"{path}: {len(pairs)} rows, format {kinds}; {sum(bad.values())} bad rows")
+        print(f"{path}: {len(pairs)} rows, format {kinds}; bad rows: {sum(bad.values())}")
         for p in pairs:
             subsets.setdefault(p["subset"] if subset_key else name, []).append(p)
     if not subsets:
@@ -191,7 +191,10 @@ def write_dataset(args, sources, names, splits, tmp, out):
         tok_path = os.path.abspath(args.tokenizer)
     else:  # a vocabulary trained on the training pairs only, kept inside the dataset
         train_texts = (t for _, r in splits["train"] for t in texts(r))
-        train_sentencepiece(train_texts, os.path.join(tmp, "tok.model"), args.vocab_size)
+        try:
+            train_sentencepiece(train_texts, os.path.join(tmp, "tok.model"), args.vocab_size)
+        except RuntimeError as e:  # e.g. "Vocabulary size too high (2048). Please set it to..."
+            fail(f"--vocab_size {args.vocab_size}: {str(e).rsplit('] ', 1)[-1]}")
         tok_path = os.path.join(out, "tok.model")  # where it will be once the folder is renamed
         print(f"trained a {args.vocab_size}-piece vocabulary")
     try:
