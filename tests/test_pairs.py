@@ -2,8 +2,10 @@
 
 import gzip
 import json
+import math
 
 import pytest
+import torch
 from conftest import shared_path
 
 from data.pairs import (
@@ -11,7 +13,9 @@ from data.pairs import (
     PairDataset,
     encode_pair,
     length_baseline,
+    length_heuristics,
     read_pairs,
+    split_conversation,
     split_dialogue,
     write_pairs,
 )
@@ -55,6 +59,7 @@ def test_bad_rows_name_file_and_line(tmp_path):
         "prompt": "\n\nHuman: hi\n\nAssistant:",
         "chosen": " yes",
         "rejected": " no",
+        "format": "HH dialogues",
         "where": f"{path}:8",
     }
     for lineno, msg in expected.items():  # each one alone, strict, names its line and reason
@@ -108,14 +113,14 @@ def test_storage_and_collate(tmp_path):
         PairDataset(tmp_path / "missing.npz")
 
 
-def test_length_baseline():
-    pairs = [
-        {"chosen": "aaa", "rejected": "a"},
-        {"chosen": "a", "rejected": "aa"},
-        {"chosen": "ab", "rejected": "cd"},
-        {"chosen": "abcd", "rejected": "ab"},
-    ]
-    assert length_baseline(pairs) == pytest.approx((1 + 0 + 0.5 + 1) / 4)
+def test_length_heuristics_count_a_tie_half_and_say_how_many():
+    h = length_heuristics([(3, 1), (1, 2), (2, 2), (4, 2), (5, 5)])  # 2 longer, 1 shorter, 2 ties
+    assert h == ((2 + 1) / 5, (1 + 1) / 5, 2) and h.longer_wins + h.shorter_wins == 1
+    assert length_heuristics(torch.tensor([[7, 1], [1, 7]])) == (0.5, 0.5, 0)  # eval_rm's (n, 2)
+    empty = length_heuristics([])
+    assert math.isnan(empty.longer_wins) and math.isnan(empty.shorter_wins) and empty.ties == 0
+    pairs = [{"chosen": "aaa", "rejected": "a"}, {"chosen": "ab", "rejected": "cd"}]
+    assert length_baseline(pairs) == 0.75  # notebook 02's text pairs, by characters
 
 
 GOOD = b'{"prompt": "p", "chosen": "a", "rejected": "b"}'
@@ -159,3 +164,115 @@ def test_groups_are_stored(tmp_path):
     assert PairDataset(tmp_path / "g.npz").groups.tolist() == [0, 1, 1]
     write_pairs(tmp_path / "n.npz", enc, tok.vocab_size)
     assert PairDataset(tmp_path / "n.npz").groups is None
+
+
+def msg(role, content):
+    return {"role": role, "content": content}
+
+
+SYS, USER = msg("system", "Be brief."), msg("user", "Hi")
+EARLIER = [SYS, USER, msg("assistant", "Hello."), msg("user", "Name a color.")]
+ROWS = [  # one row of each format
+    {"prompt": "p", "chosen": "a", "rejected": "b"},
+    {"chosen": "\n\nHuman: hi\n\nAssistant: yes", "rejected": "\n\nHuman: hi\n\nAssistant: no"},
+    {
+        "chosen": [*EARLIER, msg("assistant", "Blue.")],
+        "rejected": [*EARLIER, msg("assistant", "No.")],
+    },
+    {
+        "prompt": EARLIER,
+        "chosen": [msg("assistant", "Blue.")],
+        "rejected": [msg("assistant", "No.")],
+    },
+]
+FORMATS = [
+    "string pairs",
+    "HH dialogues",
+    "conversational (implicit prompt)",
+    "conversational (explicit prompt)",
+]
+TURNS = [
+    ("system", "Be brief."),
+    ("user", "Hi"),
+    ("assistant", "Hello."),
+    ("user", "Name a color."),
+]
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz", ".json"])
+def test_each_format_is_detected_in_each_file_type(tmp_path, suffix):
+    """.json is one array written with indentation: each row is reported at its own first line."""
+    path = tmp_path / f"rows{suffix}"
+    if suffix == ".json":
+        text = json.dumps(ROWS, indent=1)
+        starts = [i + 1 for i, line in enumerate(text.split("\n")) if line == " {"]
+    else:
+        text, starts = "".join(json.dumps(r) + "\n" for r in ROWS), [1, 2, 3, 4]
+    path.write_bytes(gzip.compress(text.encode()) if suffix.endswith(".gz") else text.encode())
+    pairs, skipped = read_pairs(path)
+    assert skipped == {} and [p["format"] for p in pairs] == FORMATS
+    assert [p["where"] for p in pairs] == [f"{path}:{n}" for n in starts]
+    assert len(set(starts)) == 4 and (suffix != ".json" or starts[1] > 2)
+    assert pairs[2]["prompt"] == pairs[3]["prompt"] == TURNS  # system and earlier turns kept
+    assert (pairs[2]["chosen"], pairs[3]["rejected"]) == ("Blue.", "No.")
+
+
+def test_conversational_bad_rows_name_file_line_and_reason(tmp_path):
+    good = ROWS[2]
+    blue, no = msg("assistant", "Blue."), msg("assistant", "No.")
+    bad = {
+        "prompt differs": {"chosen": [USER, blue], "rejected": [msg("user", "Yo"), no]},
+        "no final assistant turn": {"chosen": [USER, blue], "rejected": [USER, no, USER]},
+        "unknown role": {"chosen": [msg("human", "Hi"), blue], "rejected": [USER, no]},
+        "non-string content": {"chosen": [msg("user", ["Hi"]), blue], "rejected": [USER, no]},
+        "invalid message": {"chosen": [USER, "Blue."], "rejected": [USER, no]},
+    }
+    explicit = {  # an explicit prompt, and a side that brings turns of its own before its answer
+        "prompt": [USER],
+        "chosen": [blue],
+        "rejected": [msg("assistant", "Hm?"), msg("user", "Well?"), no],
+    }
+    rows = [good, *bad.values(), explicit]
+    path = tmp_path / "conv.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    seen = []
+    pairs, skipped = read_pairs(path, strict=False, report=seen.append)
+    assert len(pairs) == 1 and skipped == {**dict.fromkeys(bad, 1), "prompt differs": 2}
+    for line, kind in enumerate([*bad, "prompt differs"], start=2):
+        assert any(s.startswith(f"skipping {path}:{line}: {kind}: ") for s in seen), (line, seen)
+    assert f"{path}:2: prompt differs: chosen and rejected differ at message 1" in "".join(seen)
+    assert "'rejected' ends with a user message" in "".join(seen)
+    array = tmp_path / "conv.json"  # the same in a JSON array: strict stops at the first
+    text = json.dumps(rows, indent=2)
+    array.write_text(text)
+    line = [i + 1 for i, row in enumerate(text.split("\n")) if row == "  {"][1]  # row 2's
+    with pytest.raises(BadRowError, match=rf"conv\.json:{line}: prompt differs"):
+        read_pairs(array)
+
+
+def test_the_prompt_is_held_once_and_subsets_come_from_a_field(tmp_path):
+    """UltraFeedback's rows repeat the prompt (a string) inside each side: it counts once."""
+    prompt, c, r = split_conversation(
+        "Hi", [USER, msg("assistant", "Hello.")], [USER, msg("assistant", "Go.")]
+    )
+    assert (prompt, c, r) == ([("user", "Hi")], "Hello.", "Go.")
+    a, b = [USER, msg("assistant", "A")], [USER, msg("assistant", "B")]
+    prompt, _, _ = split_conversation([SYS], a, b)  # an explicit prompt: the system message
+    assert prompt == [("system", "Be brief."), ("user", "Hi")]
+    path = tmp_path / "s.jsonl"
+    rows = [dict(ROWS[0], source="x"), dict(ROWS[2], source="y"), ROWS[3]]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    pairs, skipped = read_pairs(path, strict=False, subset_key="source", report=lambda _: None)
+    assert [p["subset"] for p in pairs] == ["x", "y"] and skipped == {"missing key": 1}
+    with pytest.raises(BadRowError, match=r"s\.jsonl:3: missing key: 'source' \(--subset_key\)"):
+        read_pairs(path, subset_key="source")
+
+
+def test_a_broken_json_array_is_named_by_line(tmp_path):
+    path = tmp_path / "a.json"
+    path.write_text('[\n {"prompt": "p", "chosen": "a", "rejected": "b"},\n {"prompt": oops}\n]\n')
+    with pytest.raises(BadRowError, match=r"a\.json:3: invalid JSON: Expecting value"):
+        read_pairs(path, strict=False)
+    path.write_text('[\n {"prompt": "p", "chosen": "a", "rejected": "b"},\n')
+    with pytest.raises(BadRowError, match=r"a\.json:3: invalid JSON: the array has no closing"):
+        read_pairs(path, strict=False)
