@@ -3,12 +3,14 @@ token, and the field's known failures pinned: pad == eos, an end token inside th
 (huggingface/transformers#35352), a response without its end token (allenai/reward-bench#90), a
 duplicate BOS (OpenRLHF#393)."""
 
+import json
+
 import pytest
 import torch
 from conftest import pad, shared_path, tiny_model
 
-from data.chat import ChatFormat, chat_format, hh_turns
-from data.pairs import encode_pair
+from data.chat import ChatFormat, chat_format, hh_text, hh_turns
+from data.pairs import encode_pair, read_pairs
 from reward import RewardModel, last_real_index
 
 HH = (
@@ -120,3 +122,74 @@ def test_plain_layout_is_the_text_after_one_bos():
     p, c, _, _ = encode_pair(tok, {"prompt": HH, "chosen": " Blue.", "rejected": " No."}, 512)
     assert p == tok.encode(HH, bos=True) and c == tok.encode("Blue.", eos=True)
     assert ChatFormat("plain").end_id(tok) == tok.eos_id
+
+
+# a conversation as TRL's rows hold it: a system message and several turns
+MESSAGES = [
+    {"role": "system", "content": "Answer in one word."},
+    {"role": "user", "content": "Hi there"},
+    {"role": "assistant", "content": "Hello! How can I help?"},
+    {"role": "user", "content": "Name a color."},
+]
+TURNS = [(m["role"], m["content"]) for m in MESSAGES]
+
+
+class ChatMLTok:
+    """ChatML's two special ids and a character-level body; the template writes a default
+    system message, as SmolLM2's does."""
+
+    special_tokens = {"<|im_start|>": 1, "<|im_end|>": 2}
+    chat_template = "<|im_start|>system\nYou are a bot.<|im_end|>\n{% for m in messages %}"
+    bos_id, eos_id = 1, 2
+
+    def encode(self, text, bos=False, eos=False):
+        return [self.bos_id] * bos + [10 + ord(ch) % 50 for ch in text] + [self.eos_id] * eos
+
+
+def test_chatml_system_and_several_turns_by_hand():
+    tok = ChatMLTok()
+    fmt = chat_format(tok)
+    assert (fmt.name, fmt.system) == ("chatml", "You are a bot.")
+    e = tok.encode
+    nl = e("\n")
+    system = [1, *e("system\nAnswer in one word."), 2, *nl]
+    expected = system + [1, *e("user\nHi there"), 2, *nl]
+    expected += [1, *e("assistant\nHello! How can I help?"), 2, *nl]
+    expected += [1, *e("user\nName a color."), 2, *nl, 1, *e("assistant\n")]
+    p, c, r, _ = encode_pair(tok, {"prompt": TURNS, "chosen": "Blue", "rejected": "No"}, 512, fmt)
+    assert p == expected and c == [*e("Blue"), 2] and r == [*e("No"), 2]
+    # without a system message of its own, the template's default one comes first
+    p = fmt.prompt_ids(tok, TURNS[1:])
+    assert p == [1, *e("system\nYou are a bot."), 2, *nl] + expected[len(system) :]
+
+
+def test_conversations_equal_hf_apply_chat_template(smollm2, tmp_path):
+    """A conversational row (system message, several turns), read and encoded as prepare does,
+    gives the ids of HF's own template on the same messages."""
+    transformers = pytest.importorskip("transformers")
+    path = shared_path("smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
+    hf = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    rows = tmp_path / "rows.jsonl"
+    answers = {"chosen": "Blue.", "rejected": "I would rather not say."}
+    row = {k: [*MESSAGES, {"role": "assistant", "content": v}] for k, v in answers.items()}
+    rows.write_text(json.dumps(row) + "\n")
+    (pair,), _ = read_pairs(rows)
+    fmt = chat_format(smollm2)
+    p, c, r, _ = encode_pair(smollm2, pair, 512, fmt)
+    for response, ids in ((answers["chosen"], c), (answers["rejected"], r)):
+        messages = [*MESSAGES, {"role": "assistant", "content": response}]
+        full = hf.apply_chat_template(messages, tokenize=True, return_dict=True)["input_ids"]
+        assert p + ids == full[:-1] and [full[-1]] == hf.encode("\n", add_special_tokens=False)
+    assert c[-1] == smollm2.special_tokens["<|im_end|>"]
+    assert "You are a helpful AI" not in smollm2.decode(p)  # the row's system message replaces it
+
+
+def test_turns_in_plain_and_llama3_layouts():
+    tok = Llama3Tok()
+    text = "Answer in one word.\n\nHuman: Hi there\n\nAssistant: Hello! How can I help?"
+    text += "\n\nHuman: Name a color.\n\nAssistant:"
+    assert hh_text(TURNS) == text
+    assert ChatFormat("plain").prompt_ids(tok, TURNS) == tok.encode(text, bos=True)
+    p = chat_format(tok).prompt_ids(tok, TURNS)
+    assert p.count(tok.bos_id) == 1 and p.count(3) == 5  # 4 turns (system too) + the reply's
+    assert p[1:3] == [3, *tok.encode("system")[:1]]
