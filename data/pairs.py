@@ -32,13 +32,15 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
+from torch.nn.attention.flex_attention import create_block_mask
 
+from cli import UsageError
 from data.chat import ChatFormat
 
 ASSISTANT = "\n\nAssistant:"
 
 
-class BadRowError(ValueError):
+class BadRowError(UsageError):  # a ValueError; one line naming file:line from cli.run
     pass
 
 
@@ -264,10 +266,11 @@ def to_pair(row, subset_key=None):
     pair = {"prompt": prompt, "chosen": chosen, "rejected": rejected, "format": form}
     if subset_key is not None:
         subset = row.get(subset_key)
-        if not isinstance(subset, str | int) or isinstance(subset, bool) or subset == "":
-            raise BadRowError(
-                f"missing key: '{subset_key}' (--subset_key) is {subset!r}, not a subset name"
-            )
+        if subset is None or subset == "":
+            raise BadRowError(f"missing key: '{subset_key}' (--subset_key): the row's subset")
+        if not isinstance(subset, str | int) or isinstance(subset, bool):  # ids name subsets too
+            kind = type(subset).__name__
+            raise BadRowError(f"non-string value: '{subset_key}' (--subset_key) is {kind}")
         pair["subset"] = str(subset)
     return pair
 
@@ -392,6 +395,24 @@ def length_baseline(pairs):
     return length_heuristics((len(p["chosen"]), len(p["rejected"])) for p in pairs).longer_wins
 
 
+# ----------------------------------------------------------------------------- datasets
+DATA = os.path.dirname(os.path.abspath(__file__))
+
+
+def dataset_dir(name):
+    """The folder of a prepared dataset: a path, or a name under data/ (arith, hh_rlhf/x).
+    Without its meta.json, one line naming the folder and the command that makes it."""
+    d = name if os.path.isdir(name) else os.path.join(DATA, name)
+    if not os.path.exists(os.path.join(d, "meta.json")):
+        script = os.path.join("data", name.split("/")[0], "prepare.py")
+        if not os.path.exists(os.path.join(DATA, "..", script)):
+            script = "data/prepare.py --src FILE --tokenizer TOK"
+        raise UsageError(
+            f"no dataset in {d} (no meta.json): make it with python {script} --out_dir {d}"
+        )
+    return d
+
+
 # ----------------------------------------------------------------------------- speed: bucketing
 def bucketed_order(lengths, batch_size, seed, window=50):
     """One epoch's order of the pairs (a permutation, like torch.randperm) in which each run of
@@ -464,3 +485,36 @@ def pack_pairs(items, pad_id):
         n_tokens += 2 * P + C + R
     n_packed = int((segments != PAD_SEGMENT).sum())
     return PackedBatch(tokens, segments, positions, ends[0], ends[1], n_tokens, n_packed)
+
+
+def packed_attention_mask(segments):
+    """(B, T, T) bool, True where a query may attend to a key, for rows packed by
+    data/pairs.pack_pairs; segments (B, T): 0 prompt, 1 chosen, 2 rejected, -1 padding.
+
+               keys:  P P P C C R R .
+        queries:  P   x
+                  P   x x
+                  P   x x x
+                  C   x x x x
+                  C   x x x x x
+                  R   x x x     x            the rejected response sees the prompt and
+                  R   x x x     x x          itself, never the chosen response
+                  .   x x x         x        padding sees itself: no row is empty (NaN)
+
+    Causal, and a key outside the prompt only for queries of its own segment. Padding comes
+    last in a row, so real queries never see it; its outputs are never read."""
+    T = segments.size(1)
+    causal = torch.ones(T, T, dtype=torch.bool, device=segments.device).tril()  # (T, T)
+    q, k = segments[:, :, None], segments[:, None, :]  # (B, T, 1), (B, 1, T)
+    return causal & ((k == 0) | (k == q))  # (B, T, T)
+
+
+def packed_block_mask(segments):
+    """packed_attention_mask as a FlexAttention BlockMask (for CUDA): blocks that no query may
+    see, the upper triangle and rejected x chosen, are skipped instead of computed and masked."""
+
+    def mask_mod(b, h, q, k):
+        return (k <= q) & ((segments[b, k] == 0) | (segments[b, k] == segments[b, q]))
+
+    B, T = segments.shape
+    return create_block_mask(mask_mod, B, None, T, T, device=segments.device)

@@ -1,5 +1,7 @@
-"""data/hh_rlhf/prepare.py: subsets and their held-out parts, naming, and nothing overwritten."""
+"""data/prepare.py and data/hh_rlhf/prepare.py, its HH user: formats, subsets and their held-out
+parts, naming, and nothing overwritten."""
 
+import gzip
 import json
 import os
 
@@ -9,6 +11,7 @@ from conftest import shared_path
 from cli import UsageError
 from data.hh_rlhf.prepare import main as prepare
 from data.pairs import PairDataset
+from data.prepare import main as prepare_any
 
 
 def hh_row(i, good, bad):
@@ -69,3 +72,79 @@ def test_output_is_never_named_after_a_temporary_path(tmp_path):
     rows.write_text(hh_row(0, "yes", "no") + "\n")
     with pytest.raises(UsageError, match="name the output folder: --out_dir"):
         prepare(["--src", str(rows), "--tokenizer", "unused"])
+
+
+def conversation(i, implicit=True, source=None):
+    """A TRL row: system message, two user turns; chosen longer for even i, shorter for odd."""
+    turns = [
+        {"role": "system", "content": "Be kind."},
+        {"role": "user", "content": f"Question {i}?"},
+        {"role": "assistant", "content": "Which one?"},
+        {"role": "user", "content": "The first."},
+    ]
+    good, bad = ("a long and useful answer", "no") if i % 2 == 0 else ("yes", "a long refusal")
+    c, r = [{"role": "assistant", "content": good}], [{"role": "assistant", "content": bad}]
+    row = {"chosen": turns + c, "rejected": turns + r} if implicit else {}
+    row = row or {"prompt": turns, "chosen": c, "rejected": r}
+    return row | ({"source": source} if source else {})
+
+
+def test_any_format_and_file_type_with_subsets_from_names(tmp_path, capsys):
+    """A folder: a file is a subset by its name, or by its folder's when named after a split."""
+    tok = shared_path("llama2c", "stories260K", "tok512.bin")
+    src = tmp_path / "prefs"
+    (src / "chat").mkdir(parents=True)
+    implicit = "".join(json.dumps(conversation(i)) + "\n" for i in range(10))
+    (src / "chat" / "train.jsonl.gz").write_bytes(gzip.compress(implicit.encode()))
+    (src / "explicit.json").write_text(json.dumps([conversation(i, False) for i in range(5)]))
+    pairs = [json.loads(hh_row(i, "yes", "no")) for i in range(4)]
+    pairs = [{"prompt": "Q?", "chosen": " a", "rejected": " bb"}] + pairs
+    (src / "mixed.jsonl").write_text("".join(json.dumps(r) + "\n" for r in pairs))
+    (src / "notes.txt").write_text("not a preference file")
+    meta = prepare_any(
+        ["--src", str(src), "--tokenizer", str(tok), "--out_dir", str(tmp_path / "d")]
+    )
+    said = capsys.readouterr().out
+    assert meta["groups"] == ["chat", "explicit", "mixed"]  # sorted paths; notes.txt ignored
+    assert (
+        f"{src / 'chat' / 'train.jsonl.gz'}: 10 rows, format 10 conversational (implicit prompt); bad rows: 0"
+        in said
+    )
+    assert f"{src / 'explicit.json'}: 5 rows, format 5 conversational (explicit prompt); " in said
+    assert f"{src / 'mixed.jsonl'}: 5 rows, format 1 string pairs, 4 HH dialogues; " in said
+    assert meta["formats"][str(src / "mixed.jsonl")] == {"string pairs": 1, "HH dialogues": 4}
+    chat = meta["subsets"]["chat"]
+    assert (chat["n_train"], chat["n_val"]) == (8, 2)
+    assert chat["longer_wins_train"] + chat["shorter_wins_train"] == 1
+    assert chat["length_ties_train"] == chat["length_ties_val"] == 0  # never equally long
+    val = PairDataset(tmp_path / "d" / "val.npz")
+    assert sorted(val.groups.tolist()) == [0, 0, 1, 2]
+
+
+def test_subsets_from_a_row_field(tmp_path, capsys):
+    tok = shared_path("llama2c", "stories260K", "tok512.bin")
+    rows = [conversation(i, i % 3 == 0, source=["web", "books"][i % 2]) for i in range(20)]
+    rows.insert(5, conversation(99, source=None))  # no subset: a bad row at line 6
+    (tmp_path / "all.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = ["--src", str(tmp_path / "all.jsonl"), "--tokenizer", str(tok), "--subset_key", "source"]
+    meta = prepare_any([*args, "--out_dir", str(tmp_path / "d")])
+    assert meta["groups"] == ["web", "books"] and meta["subset_key"] == "source"
+    assert meta["subsets"]["web"]["n_val"] == meta["subsets"]["books"]["n_val"] == 2
+    assert meta["skipped"] == {"missing key": 1}
+    assert f"skipping {tmp_path / 'all.jsonl'}:6: missing key: 'source'" in capsys.readouterr().out
+    with pytest.raises(UsageError, match=r"all\.jsonl:6: missing key: 'source' \(--subset_key\)"):
+        prepare_any([*args, "--out_dir", str(tmp_path / "e"), "--strict"])
+
+
+def test_sources_that_cannot_be_told_apart_or_read(tmp_path):
+    (tmp_path / "a").mkdir()
+    for f in ("a.jsonl", "a/test.jsonl"):  # both subset "a"
+        (tmp_path / f).write_text(json.dumps(conversation(0)) + "\n")
+    args = ["--tokenizer", "unused", "--out_dir", str(tmp_path / "d")]
+    with pytest.raises(
+        UsageError, match=r"same subset name: \['a', 'a'\] \(rename them, or --subset_key"
+    ):
+        prepare_any(["--src", str(tmp_path), *args])
+    (tmp_path / "x.csv").write_text("prompt,chosen,rejected\n")
+    with pytest.raises(UsageError, match=r"x\.csv: not a preference file; give \.jsonl"):
+        prepare_any(["--src", str(tmp_path / "x.csv"), *args])
