@@ -50,7 +50,7 @@ def hh_turns(prompt):
 
 def hh_text(turns):
     """Turns -> HH's plain text, for a base model: a system message first as it is, then
-    "\\n\\nHuman: ...\\n\\nAssistant: ..." ending with "\\n\\nAssistant:", where the response goes."""
+    "\\n\\nHuman: ...\\n\\nAssistant: ...", ending with "\\n\\nAssistant:" (the reply's place)."""
     label = {"user": "\n\nHuman: ", "assistant": "\n\nAssistant: ", "system": ""}
     return "".join(label[role] + text for role, text in turns) + "\n\nAssistant:"
 

@@ -8,7 +8,8 @@ Your own preference data, tokenized for train_rm.py: one script for every file f
     # a 2,048-piece vocabulary trained on the training part, plain-text layout
     python data/prepare.py --src prefs/ --out_dir data/mine
     # subsets from a field of the rows instead, e.g. UltraFeedback's "source"
-    python data/prepare.py --src a.jsonl.gz b.json --subset_key source --tokenizer tok.gguf --out_dir data/mine
+    python data/prepare.py --src a.jsonl.gz b.json --subset_key source \\
+        --tokenizer tok.gguf --out_dir data/mine
     python train_rm.py --dataset data/mine --init tok.gguf --lm_coef 0   # then train on it
 
 --src takes .jsonl, .jsonl.gz and .json (one JSON array) files, or folders of them. The format of

@@ -107,8 +107,8 @@ def test_any_format_and_file_type_with_subsets_from_names(tmp_path, capsys):
     said = capsys.readouterr().out
     assert meta["groups"] == ["chat", "explicit", "mixed"]  # sorted paths; notes.txt ignored
     assert (
-        f"{src / 'chat' / 'train.jsonl.gz'}: 10 rows, format 10 conversational (implicit prompt); bad rows: 0"
-        in said
+        f"{src / 'chat' / 'train.jsonl.gz'}: 10 rows, "
+        "format 10 conversational (implicit prompt); bad rows: 0" in said
     )
     assert f"{src / 'explicit.json'}: 5 rows, format 5 conversational (explicit prompt); " in said
     assert f"{src / 'mixed.jsonl'}: 5 rows, format 1 string pairs, 4 HH dialogues; " in said
