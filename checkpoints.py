@@ -1,9 +1,11 @@
 """
-Checkpoint readers: a LLaMA on disk -> (ModelConfig keyword arguments, state dict in Meta's names).
+Checkpoint readers: a LLaMA on disk -> model.py's Transformer, through (ModelConfig keyword
+arguments, state dict in Meta's names).
 
-    from checkpoints import read_checkpoint
-    config, sd = read_checkpoint(path)     # llama2.c .bin/.pt, Meta dir, HF dir, .gguf
-    model = Transformer.from_state_dict(ModelConfig(**config), sd, path)   # what model.py does
+    from checkpoints import load_transformer, read_checkpoint
+    model = load_transformer(path)         # llama2.c .bin/.pt, Meta dir, HF dir, .gguf
+    config, sd = read_checkpoint(path)     # the same read, before a model is built
+    model = transformer_from_state_dict(ModelConfig(**config), sd, path)   # what load does
 
 Formats, recognised by their shape on disk:
     llama2.c .bin    run.c's legacy v0 file: a 7-int header, then every weight in float32
@@ -14,9 +16,10 @@ Formats, recognised by their shape on disk:
     .gguf            llama.cpp's file, read by gguf_reader.py
 
 A reader knows nothing of model.py: it renames, un-permutes and converts tensors, and the model
-builder (Transformer.from_state_dict) checks that names and shapes fit the config. Nothing is
+builder (transformer_from_state_dict) checks that names and shapes fit the config. Nothing is
 copied that need not be: the .bin is read once and every weight is a view into it, .pt/.pth files
-are memory-mapped, and HF tensors are converted one at a time.
+are memory-mapped, and HF tensors are converted one at a time. HF_NAMES, the one table of HF's
+module names, serves export_hf.py's writing too.
 
 Simplifications: Meta's sharded releases (consolidated.01.pth, ...) are refused, and so are HF
 configs with biases or a head_dim that is not hidden_size / num_heads (not LLaMA as Meta wrote it).
@@ -28,6 +31,43 @@ import os
 import struct
 
 import torch
+
+from model import ModelConfig, Transformer, rope_frequencies
+
+
+def load_transformer(path):
+    """A Transformer (in eval mode) from any checkpoint above, whichever format it is."""
+    config, sd = read_checkpoint(path)
+    return transformer_from_state_dict(ModelConfig(**config), sd, path)
+
+
+def transformer_from_state_dict(cfg, sd, source):
+    """A Transformer of config cfg holding sd's tensors (Meta's names), checked against cfg;
+    source names the file in errors. Built on the meta device, then adopts the tensors
+    (assign=True): no second copy. An HF classifier's "score.weight" is left to the
+    caller (reward.py makes it the reward head); any other stray key is an error."""
+    with torch.device("meta"):
+        model = Transformer(cfg)
+    sd = {k: v for k, v in sd.items() if k != "score.weight"}
+    if cfg.tie_embeddings:
+        sd.pop("output.weight", None)
+    expected = set(model.state_dict().keys()) - ({"output.weight"} if cfg.tie_embeddings else set())
+    missing, unexpected = sorted(expected - sd.keys()), sorted(sd.keys() - expected)
+    if missing or unexpected:
+        raise ValueError(
+            f"{source}: checkpoint does not match the config: missing keys "
+            f"{missing[:5]}, unexpected keys {unexpected[:5]}"
+        )
+    for k, t in model.state_dict().items():
+        if k in sd and tuple(sd[k].shape) != tuple(t.shape):
+            raise ValueError(
+                f"{source}: {k} has shape {tuple(sd[k].shape)}, the config expects {tuple(t.shape)}"
+            )
+    model.load_state_dict(sd, strict=False, assign=True)
+    if cfg.tie_embeddings:
+        model.output.weight = model.tok_embeddings.weight
+    model.inv_freq = rope_frequencies(cfg)  # buffers on meta are empty: compute them
+    return model.eval()
 
 
 def read_checkpoint(path):
@@ -278,17 +318,19 @@ def _iter_hf_tensors(directory):
         yield from sd.items()
 
 
-_HF_NAMES = {
-    "self_attn.q_proj": "attention.wq",
-    "self_attn.k_proj": "attention.wk",
-    "self_attn.v_proj": "attention.wv",
-    "self_attn.o_proj": "attention.wo",
-    "mlp.gate_proj": "feed_forward.w1",
-    "mlp.down_proj": "feed_forward.w2",
-    "mlp.up_proj": "feed_forward.w3",
-    "input_layernorm": "attention_norm",
-    "post_attention_layernorm": "ffn_norm",
+# nanoRM's (Meta's) module names in a layer -> Hugging Face's; export_hf.py writes with it
+HF_NAMES = {
+    "attention.wq": "self_attn.q_proj",
+    "attention.wk": "self_attn.k_proj",
+    "attention.wv": "self_attn.v_proj",
+    "attention.wo": "self_attn.o_proj",
+    "feed_forward.w1": "mlp.gate_proj",
+    "feed_forward.w2": "mlp.down_proj",
+    "feed_forward.w3": "mlp.up_proj",
+    "attention_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
 }
+_FROM_HF = {hf: meta for meta, hf in HF_NAMES.items()}
 
 
 def _hf_to_meta_name(name):
@@ -302,8 +344,8 @@ def _hf_to_meta_name(name):
     if name.startswith("model.layers.") and "rotary_emb" not in name:
         i, rest = name.removeprefix("model.layers.").split(".", 1)
         module, suffix = rest.rsplit(".", 1)
-        if module in _HF_NAMES:
-            return f"layers.{i}.{_HF_NAMES[module]}.{suffix}"
+        if module in _FROM_HF:
+            return f"layers.{i}.{_FROM_HF[module]}.{suffix}"
     return None
 
 

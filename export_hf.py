@@ -8,7 +8,10 @@ transformers, TRL, OpenRLHF and vLLM load as a reward model.
 It writes config.json, model.safetensors (float32, HF's tensor names) and the tokenizer:
 tokenizer.json + tokenizer_config.json (with the chat template) for byte-level BPE, or
 tokenizer.model + tokenizer_config.json for SentencePiece; a llama2.c .bin vocabulary has no HF
-form and is left out (the directory then loads without a tokenizer).
+form and is left out (the directory then loads without a tokenizer). The BPE files are
+bpe_tokenizer_files, which checkpoints carry too (ckpt.py). Every file is written aside and
+renamed (cli.atomic_write); HF's tensor names come from checkpoints.HF_NAMES, the table the
+reader uses.
 
 Three details decide whether HF computes our rewards:
 1. RoPE layout. HF rotates the halves of each head (pairs i and i + d/2), Meta and nanoRM rotate
@@ -37,18 +40,11 @@ import struct
 
 import torch
 
-# nanoRM (Meta) module names -> HF's, per layer
-HF_NAMES = {
-    "attention.wq": "self_attn.q_proj",
-    "attention.wk": "self_attn.k_proj",
-    "attention.wv": "self_attn.v_proj",
-    "attention.wo": "self_attn.o_proj",
-    "feed_forward.w1": "mlp.gate_proj",
-    "feed_forward.w2": "mlp.down_proj",
-    "feed_forward.w3": "mlp.up_proj",
-    "attention_norm": "input_layernorm",
-    "ffn_norm": "post_attention_layernorm",
-}
+from checkpoints import HF_NAMES
+from cli import atomic_write
+from data.bpe import BPETokenizer
+from data.chat import chat_format as find_format
+from data.tokenizer import SentencePieceTokenizer
 
 
 def permute_to_hf(w, n_heads, head_dim):
@@ -133,19 +129,15 @@ def write_safetensors(path, tensors):
         offset += n
     blob = json.dumps(header, separators=(",", ":")).encode()
     blob += b" " * (-len(blob) % 8)  # pad with spaces so the data starts 8-byte aligned
-    tmp = str(path) + ".tmp"
-    with open(tmp, "wb") as f:
+    with atomic_write(path) as f:
         f.write(struct.pack("<Q", len(blob)))
         f.write(blob)
         for t in tensors.values():
             f.write(t.numpy().astype("<f4", copy=False).tobytes())
-    os.replace(tmp, path)
 
 
 def export_pad_id(tok, end_id, pad_id):
     """A pad id HF will not mistake for the reward token end_id (see the module docstring)."""
-    from data.bpe import BPETokenizer
-
     if pad_id is not None and pad_id != end_id:
         return pad_id
     if isinstance(tok, BPETokenizer):
@@ -163,7 +155,7 @@ def chat_template(fmt):
     it writes no newline after the last message: the rendered dialogue then ends with the
     end-of-turn token the reward is read at, not with a "\\n" the model never scored."""
     esc = {"\\": "\\\\", "'": "\\'", "\n": "\\n"}  # a Jinja string literal of text
-    q = lambda text: "'" + "".join(esc.get(c, c) for c in text) + "'"  # noqa: E731
+    q = lambda text: "'" + "".join(esc.get(c, c) for c in text) + "'"
     if fmt.name == "chatml":
         system = ""
         if fmt.system is not None:  # the default system message, as data/chat.py adds it
@@ -186,22 +178,110 @@ def chat_template(fmt):
     return None
 
 
-def write_tokenizer(tok, out_dir, pad_id, chat_format):
-    """The tokenizer files AutoTokenizer reads, padding with pad_id. Returns the names written."""
-    from data.bpe import BPETokenizer
-    from data.chat import chat_format as find_format
-    from data.tokenizer import SentencePieceTokenizer
+# ----------------------------------------------------------------------------- tokenizer
+def bpe_tokenizer_json(tok):
+    """A BPETokenizer as a Hugging Face tokenizer.json dict, which `tokenizers` reads back to
+    the same ids: every split pattern becomes a Split (Isolated) step before a ByteLevel that
+    only maps bytes (use_regex false), so a .gguf's pre-tokenizer (SmolLM2's digit split
+    included) survives; the special tokens are added tokens; bos/eos/pad and the chat template
+    are not in this file (they go to tokenizer_config.json, see hf_tokenizer_config)."""
+    split = lambda p: {
+        "type": "Split",
+        "pattern": {"Regex": p},
+        "behavior": "Isolated",
+        "invert": False,
+    }
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True}
+    post = None
+    if tok.add_bos_token and tok.bos_id is not None:  # the BOS the file asked for
+        bos = tok.pieces[tok.bos_id]
+        first = {"SpecialToken": {"id": bos, "type_id": 0}}
+        post = {
+            "type": "TemplateProcessing",
+            "single": [first, {"Sequence": {"id": "A", "type_id": 0}}],
+            "pair": [
+                first,
+                {"Sequence": {"id": "A", "type_id": 0}},
+                first,
+                {"Sequence": {"id": "B", "type_id": 1}},
+            ],
+            "special_tokens": {bos: {"id": bos, "ids": [tok.bos_id], "tokens": [bos]}},
+        }
+    added = [
+        dict(
+            id=i,
+            content=t,
+            single_word=False,
+            lstrip=False,
+            rstrip=False,
+            normalized=False,
+            special=True,
+        )
+        for t, i in sorted(tok.special_tokens.items(), key=lambda kv: kv[1])
+    ]
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": None,
+        "pre_tokenizer": {
+            "type": "Sequence",
+            "pretokenizers": [*map(split, tok.patterns), dict(byte_level, use_regex=False)],
+        },
+        "post_processor": post,
+        "decoder": dict(byte_level, use_regex=True),
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": tok.ignore_merges,
+            "vocab": {p: i for i, p in enumerate(tok.pieces) if p is not None},
+            "merges": [list(m) for m in tok.merges],
+        },
+    }
 
-    if isinstance(tok, BPETokenizer):
-        tok = copy.copy(tok)  # the same vocabulary, with the template of the trained layout
-        tok.chat_template = chat_template(find_format(tok, chat_format))
-        tok.save_json(os.path.join(out_dir, "tokenizer.json"), pad_id=pad_id)
-        return ["tokenizer.json", "tokenizer_config.json"]
-    if not isinstance(tok, SentencePieceTokenizer):
-        print(f"note: a {type(tok).__name__} has no Hugging Face form; no tokenizer written")
-        return []
-    sp = tok.sp
+
+def hf_tokenizer_config(tok, pad_id=None):
+    """tokenizer_config.json beside bpe_tokenizer_json's file: the special tokens by their text
+    and the chat template, which BPETokenizer.from_hf and AutoTokenizer read. pad_id, if given,
+    replaces the tokenizer's own."""
+    text = lambda i: None if i is None else tok.pieces[i]
+    pad_id = tok.pad_id if pad_id is None else pad_id
     config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": text(tok.bos_id),
+        "eos_token": text(tok.eos_id),
+        "pad_token": text(pad_id),
+        "add_bos_token": tok.add_bos_token,
+        "padding_side": "right",
+        "clean_up_tokenization_spaces": False,
+        "model_max_length": 1 << 30,
+    }
+    if tok.chat_template is not None:
+        config["chat_template"] = tok.chat_template
+    return config
+
+
+def bpe_tokenizer_files(tok, pad_id=None):
+    """{file name: bytes}: a BPETokenizer as tokenizer.json + tokenizer_config.json, which
+    BPETokenizer.from_hf, `tokenizers` and AutoTokenizer read back to the same ids. What an
+    export writes and what a checkpoint carries (ckpt.py)."""
+    files = {
+        "tokenizer.json": bpe_tokenizer_json(tok),
+        "tokenizer_config.json": hf_tokenizer_config(tok, pad_id),
+    }
+    return {k: json.dumps(v, ensure_ascii=False, indent=1).encode() for k, v in files.items()}
+
+
+def sentencepiece_config(tok, pad_id, chat_format):
+    """tokenizer_config.json of a SentencePiece vocabulary (tokenizer.model beside it)."""
+    sp = tok.sp
+    return {
         "tokenizer_class": "LlamaTokenizer",
         "bos_token": sp.id_to_piece(tok.bos_id),
         "eos_token": sp.id_to_piece(tok.eos_id),
@@ -215,15 +295,27 @@ def write_tokenizer(tok, out_dir, pad_id, chat_format):
         "padding_side": "right",  # HF numbers positions from the left: see the docstring
         "clean_up_tokenization_spaces": False,
     }
-    files = {
-        "tokenizer.model": sp.serialized_model_proto(),
-        "tokenizer_config.json": json.dumps(config, indent=1).encode(),
-    }
+
+
+def write_tokenizer(tok, out_dir, pad_id, chat_format):
+    """The tokenizer files AutoTokenizer reads, padding with pad_id. Returns the names written."""
+    if isinstance(tok, BPETokenizer):
+        tok = copy.copy(tok)  # the same vocabulary, with the template of the trained layout
+        tok.chat_template = chat_template(find_format(tok, chat_format))
+        files = bpe_tokenizer_files(tok, pad_id)
+    elif isinstance(tok, SentencePieceTokenizer):
+        files = {
+            "tokenizer.model": tok.sp.serialized_model_proto(),
+            "tokenizer_config.json": json.dumps(
+                sentencepiece_config(tok, pad_id, chat_format), indent=1
+            ).encode(),
+        }
+    else:
+        print(f"note: a {type(tok).__name__} has no Hugging Face form; no tokenizer written")
+        return []
     for name, data in files.items():
-        tmp = os.path.join(out_dir, name + ".tmp")
-        with open(tmp, "wb") as f:
+        with atomic_write(os.path.join(out_dir, name)) as f:
             f.write(data)
-        os.replace(tmp, os.path.join(out_dir, name))
     return list(files)
 
 
@@ -240,10 +332,8 @@ def export_hf(model, out_dir, tok=None, meta=None):
     bos_id = meta.get("bos_id", getattr(tok, "bos_id", None))
     eos_id = meta.get("eos_id", getattr(tok, "eos_id", None))
     config = hf_config(model.backbone.config, pad_id, bos_id, eos_id)
-    tmp = os.path.join(out_dir, "config.json.tmp")
-    with open(tmp, "w") as f:
+    with atomic_write(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(config, f, indent=1)
-    os.replace(tmp, os.path.join(out_dir, "config.json"))
     write_safetensors(os.path.join(out_dir, "model.safetensors"), tensors)
     written = ["config.json", "model.safetensors"]
     if tok is not None:

@@ -2,38 +2,36 @@
 The LLaMA that every nanoRM head sits on: RMSNorm, RoPE, grouped-query attention, SwiGLU, and
 generation with a KV cache. Text from a checkpoint: `python sample.py` (see its docstring).
 
-    model = Transformer.from_checkpoint(path)    # llama2.c .bin/.pt, Meta or HF dir, .gguf
+    model = checkpoints.load_transformer(path)   # llama2.c .bin/.pt, Meta or HF dir, .gguf
     h = model.hidden_states(tokens, attention_mask)            # (B, T, dim), any padding side
     out = model.generate(tokens, max_new_tokens=50, temperature=0.8, top_k=40)
 
 Module names are Meta's (tok_embeddings, layers[i].attention.wq, feed_forward.w1, ...), so
-Meta and llama2.c checkpoints map one to one; checkpoints.py reads every format into them.
+checkpoints map one to one; checkpoints.py reads every format and builds the model from it.
 
 Padding. A reward model reads one scalar at the last real token of each sequence, so a
 sequence's hidden states must not depend on how it was padded. Two things make that true here:
   1. the attention mask hides padding keys from every query, and
   2. RoPE positions come from the mask (position = number of real tokens before this one),
      not from the column index. With left padding, the first real token is at position 0.
-RoPE only sees position differences, so numbering a left-padded row by column shifts it
-uniformly and changes nothing but rounding; what breaks is mixing the two numberings, e.g. a
-prompt numbered by column and cached tokens numbered by count, or a model with absolute position
-embeddings. Deriving positions from the mask everywhere (forward, cache, packing) keeps every path
-on one numbering. Padding is where reward-model bugs cluster in the field (the pooled token, the
-positions, the pad id: huggingface/transformers#35352, OpenRLHF#217); `tests/test_model.py`
-checks left, right, no and mixed padding to 1e-5.
+RoPE only sees position differences, so numbering a left-padded row by column changes nothing
+but rounding; what breaks is mixing two numberings (a prompt by column, cached tokens by count)
+or absolute position embeddings. Positions from the mask everywhere (forward, cache, packing)
+keep every path on one numbering. Padding is where reward-model bugs cluster in the field (the
+pooled token, the positions, the pad id: huggingface/transformers#35352, OpenRLHF#217);
+`tests/test_model.py` checks left, right, no and mixed padding to 1e-5.
 
-One forward. Training, evaluation, scoring, the critic and generation all run
-`hidden_states` below; speed comes from the layout of the tokens, never from another copy of
-the layers. The layers see a flat (N, dim) stream of the tokens that matter, so padding is never
-computed (variable-length attention, as FlashAttention's varlen kernels do it); a Layout puts
-the stream back into rows for attention, one SDPA call per row on CPU (l^2 work, not T^2) or one
-batched call on CUDA. Packed rows (a prompt once, then both responses: reward.py) come with
-their own positions and mask, and `at` runs the last layer at the tokens a head reads only.
+One forward. Training, evaluation, scoring, the critic and generation all run `hidden_states`
+below; speed comes from the layout of the tokens, never from another copy of the layers. The
+layers see a flat (N, dim) stream of the tokens that matter, so padding is never computed
+(variable-length attention, as FlashAttention's varlen kernels do it); a Layout puts the stream
+back into rows for attention, one SDPA call per row on CPU (l^2 work, not T^2) or one batched
+call on CUDA. Packed rows (a prompt once, then both responses: reward.py) come with their own
+positions and mask, and `at` runs the last layer at the tokens a head reads only.
 tests/test_forward.py checks every layout against a slow plain computation written in the test.
 
-Simplifications: one GPU or CPU process (DDP lives in train_rm.py), no tensor parallelism,
-no sliding windows, no biases (LLaMA has none). Only torch and the standard library are
-imported at module level; the checkpoint readers are imported where used.
+Simplifications: one GPU or CPU process (DDP lives in train_rm.py), no tensor parallelism, no
+sliding windows, no biases (LLaMA has none). Imports only torch and the standard library.
 """
 
 import functools
@@ -482,77 +480,3 @@ class Transformer(nn.Module):
             mask = torch.cat((mask, torch.ones_like(next_tok, dtype=torch.bool)), dim=1)
             step_in = next_tok
         return tokens
-
-    # ---------------------------------------------------------------- loading
-    @classmethod
-    def from_state_dict(cls, cfg, sd, source):
-        """A model of config cfg holding sd's tensors (Meta's names), checked against cfg;
-        source names the file in errors. Built on the meta device, then adopts the tensors
-        (assign=True): no second copy. An HF classifier's "score.weight" is left to the
-        caller (reward.py makes it the reward head); any other stray key is an error."""
-        with torch.device("meta"):
-            model = cls(cfg)
-        sd = {k: v for k, v in sd.items() if k != "score.weight"}
-        if cfg.tie_embeddings:
-            sd.pop("output.weight", None)
-        expected = set(model.state_dict().keys()) - (
-            {"output.weight"} if cfg.tie_embeddings else set()
-        )
-        missing, unexpected = sorted(expected - sd.keys()), sorted(sd.keys() - expected)
-        if missing or unexpected:
-            raise ValueError(
-                f"{source}: checkpoint does not match the config: missing keys "
-                f"{missing[:5]}, unexpected keys {unexpected[:5]}"
-            )
-        for k, t in model.state_dict().items():
-            if k in sd and tuple(sd[k].shape) != tuple(t.shape):
-                raise ValueError(
-                    f"{source}: {k} has shape {tuple(sd[k].shape)}, "
-                    f"the config expects {tuple(t.shape)}"
-                )
-        model.load_state_dict(sd, strict=False, assign=True)
-        if cfg.tie_embeddings:
-            model.output.weight = model.tok_embeddings.weight
-        model.inv_freq = rope_frequencies(cfg)  # buffers on meta are empty: compute them
-        return model.eval()
-
-    # each reader in checkpoints.py gives (ModelConfig kwargs, state dict in Meta's names)
-    @classmethod
-    def from_checkpoint(cls, path):
-        """Any format checkpoints.read_checkpoint recognises, from the path alone."""
-        from checkpoints import read_checkpoint
-
-        config, sd = read_checkpoint(path)
-        return cls.from_state_dict(ModelConfig(**config), sd, path)
-
-    @classmethod
-    def from_llama2c(cls, path):
-        """llama2.c checkpoints: the legacy v0 `.bin` (run.c's format) or train.py's `.pt`."""
-        from checkpoints import read_llama2c
-
-        config, sd = read_llama2c(path)
-        return cls.from_state_dict(ModelConfig(**config), sd, path)
-
-    @classmethod
-    def from_meta(cls, directory, max_seq_len=2048):
-        """Meta's original release: params.json + consolidated.00.pth (one shard)."""
-        from checkpoints import read_meta
-
-        config, sd = read_meta(directory, max_seq_len)
-        return cls.from_state_dict(ModelConfig(**config), sd, f"{directory}/consolidated.00.pth")
-
-    @classmethod
-    def from_pretrained(cls, directory, dtype=torch.float32):
-        """A local Hugging Face Llama directory: config.json + safetensors or pytorch_model*.bin."""
-        from checkpoints import read_hf
-
-        config, sd = read_hf(directory, dtype)
-        return cls.from_state_dict(ModelConfig(**config), sd, directory)
-
-    @classmethod
-    def from_gguf(cls, path):
-        """A llama.cpp .gguf file (llama architecture), dequantized to float32."""
-        from gguf_reader import load_gguf_checkpoint
-
-        config, sd = load_gguf_checkpoint(path)
-        return cls.from_state_dict(ModelConfig(**config), sd, path)

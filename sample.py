@@ -9,7 +9,7 @@ the story llama2.c's own test expects.
         --tokenizer ../shared/data/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf --prompt "Hi"
 
 One process, on the CPU: generation here is a demonstration, not a service, so there is no
-torchrun form. --ckpt takes any checkpoint model.py reads (Transformer.from_checkpoint).
+torchrun form. --ckpt takes any checkpoint checkpoints.load_transformer reads.
 """
 
 import os
@@ -17,8 +17,8 @@ from dataclasses import asdict
 
 import torch
 
+from checkpoints import load_transformer
 from cli import ArgumentParser, UsageError, is_torch_file, load_torch, run
-from model import Transformer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STORIES = os.path.join(HERE, "..", "shared", "data", "llama2c", "stories260K")
@@ -59,7 +59,7 @@ def main(argv=None):
     if is_torch_file(args.ckpt):
         load_torch(args.ckpt, mmap=True)  # a truncated .pt: one line, "X is corrupt (...)"
     try:
-        model = Transformer.from_checkpoint(args.ckpt)
+        model = load_transformer(args.ckpt)
     except ValueError as e:  # the readers' "wrong format, truncated, shapes do not fit"
         raise UsageError(str(e) if args.ckpt in str(e) else f"{args.ckpt}: {e}") from None
     try:

@@ -1,6 +1,7 @@
 """
 Byte-level BPE (GPT-2, Llama 3, SmolLM2) in plain Python, read from a GGUF file or a Hugging Face
-tokenizer.json, giving the same ids as Hugging Face `tokenizers`.
+tokenizer.json, giving the same ids as Hugging Face `tokenizers`. Writing one as a tokenizer.json
+is export_hf.py's (bpe_tokenizer_files).
 
     from data.bpe import BPETokenizer
     tok = BPETokenizer.from_gguf("../shared/data/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -242,107 +243,6 @@ class BPETokenizer:
             out.append(self.id_bytes[i])
         # join bytes first: one character may be spread over several tokens
         return b"".join(out).decode("utf-8", errors="replace")
-
-    # ---- writer ----
-
-    def to_json(self) -> dict:
-        """This tokenizer as a Hugging Face tokenizer.json dict, which `tokenizers` reads back to
-        the same ids: every split pattern becomes a Split (Isolated) step before a ByteLevel that
-        only maps bytes (use_regex false), so a .gguf's pre-tokenizer (SmolLM2's digit split
-        included) survives; the special tokens are added tokens; bos/eos/pad and the chat template
-        are not in this file (they go to tokenizer_config.json, see hf_tokenizer_config)."""
-        split = lambda p: {  # noqa: E731
-            "type": "Split",
-            "pattern": {"Regex": p},
-            "behavior": "Isolated",
-            "invert": False,
-        }
-        byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True}
-        post = None
-        if self.add_bos_token and self.bos_id is not None:  # the BOS the file asked for
-            bos = self.pieces[self.bos_id]
-            first = {"SpecialToken": {"id": bos, "type_id": 0}}
-            post = {
-                "type": "TemplateProcessing",
-                "single": [first, {"Sequence": {"id": "A", "type_id": 0}}],
-                "pair": [
-                    first,
-                    {"Sequence": {"id": "A", "type_id": 0}},
-                    first,
-                    {"Sequence": {"id": "B", "type_id": 1}},
-                ],
-                "special_tokens": {bos: {"id": bos, "ids": [self.bos_id], "tokens": [bos]}},
-            }
-        added = [
-            dict(
-                id=i,
-                content=t,
-                single_word=False,
-                lstrip=False,
-                rstrip=False,
-                normalized=False,
-                special=True,
-            )
-            for t, i in sorted(self.special_tokens.items(), key=lambda kv: kv[1])
-        ]
-        return {
-            "version": "1.0",
-            "truncation": None,
-            "padding": None,
-            "added_tokens": added,
-            "normalizer": None,
-            "pre_tokenizer": {
-                "type": "Sequence",
-                "pretokenizers": [*map(split, self.patterns), dict(byte_level, use_regex=False)],
-            },
-            "post_processor": post,
-            "decoder": dict(byte_level, use_regex=True),
-            "model": {
-                "type": "BPE",
-                "dropout": None,
-                "unk_token": None,
-                "continuing_subword_prefix": None,
-                "end_of_word_suffix": None,
-                "fuse_unk": False,
-                "byte_fallback": False,
-                "ignore_merges": self.ignore_merges,
-                "vocab": {p: i for i, p in enumerate(self.pieces) if p is not None},
-                "merges": [list(m) for m in self.merges],
-            },
-        }
-
-    def hf_tokenizer_config(self, pad_id: int | None = None) -> dict:
-        """tokenizer_config.json for to_json's file: the special tokens by their text and the
-        chat template, which from_hf and transformers' AutoTokenizer read. pad_id overrides ours."""
-        text = lambda i: None if i is None else self.pieces[i]  # noqa: E731
-        pad_id = self.pad_id if pad_id is None else pad_id
-        config = {
-            "tokenizer_class": "PreTrainedTokenizerFast",
-            "bos_token": text(self.bos_id),
-            "eos_token": text(self.eos_id),
-            "pad_token": text(pad_id),
-            "add_bos_token": self.add_bos_token,
-            "padding_side": "right",
-            "clean_up_tokenization_spaces": False,
-            "model_max_length": 1 << 30,
-        }
-        if self.chat_template is not None:
-            config["chat_template"] = self.chat_template
-        return config
-
-    def save_json(self, path: str | os.PathLike, pad_id: int | None = None):
-        """Write to_json() to `path` (a tokenizer.json) and hf_tokenizer_config() beside it as
-        tokenizer_config.json, each written aside and renamed into place; from_hf(path) and
-        `tokenizers.Tokenizer.from_file(path)` read it back."""
-        path = Path(path)
-        files = {
-            path: self.to_json(),
-            path.parent / "tokenizer_config.json": self.hf_tokenizer_config(pad_id),
-        }
-        for p, content in files.items():
-            tmp = p.with_name(p.name + ".tmp")
-            tmp.write_text(json.dumps(content, ensure_ascii=False, indent=1), encoding="utf-8")
-            os.replace(tmp, p)
 
     # ---- readers ----
 

@@ -9,8 +9,9 @@ import torch
 from conftest import pad, shared_path, tiny_model
 
 from checkpoints import _unpermute
+from ckpt import checkpoint_tokenizer, tokenizer_files
 from export_hf import permute_to_hf
-from reward import RewardModel, checkpoint_tokenizer, tokenizer_files
+from reward import RewardModel
 
 GGUF = ("smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
 TEXTS = ["One two three.", "A cat sat on the mat, 42 times!", "Hello"]

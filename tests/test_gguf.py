@@ -161,18 +161,13 @@ def smol():
         pytest.skip(f"{SMOL} absent: this test needs the shared SmolLM2 GGUF file")
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("gguf", reason="transformers reads GGUF through the gguf package")
-    from model import ModelConfig, Transformer
+    from checkpoints import transformer_from_state_dict
+    from model import ModelConfig
 
     t0 = time.perf_counter()
     kw, sd = gguf_reader.load_gguf_checkpoint(SMOL)
     load_s = time.perf_counter() - t0
-    if hasattr(Transformer, "from_gguf"):
-        ours = Transformer.from_gguf(SMOL)
-    else:
-        ours = Transformer(ModelConfig(**kw))
-        missing, unexpected = ours.load_state_dict(sd, strict=False)
-        assert missing == (["output.weight"] if kw["tie_embeddings"] else []) and not unexpected
-    ours.eval()
+    ours = transformer_from_state_dict(ModelConfig(**kw), sd, SMOL)  # load_transformer's build
     d, name = str(SMOL.parent), SMOL.name
     hf = transformers.AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32)
     tok = transformers.AutoTokenizer.from_pretrained(d, gguf_file=name)

@@ -8,6 +8,7 @@ import pytest
 import torch
 from conftest import shared_path
 
+from checkpoints import load_transformer, read_checkpoint
 from model import ModelConfig, Transformer
 
 # karpathy/llama2.c test_all.py expected_stdout: `run stories260K.bin -z tok512.bin -t 0.0 -n 200`
@@ -72,7 +73,7 @@ def make_hf(tmp_path, case, seed=0):
 @pytest.mark.parametrize("case", list(HF_CASES))
 def test_hf_parity(tmp_path, case):
     hf = make_hf(tmp_path, case)
-    ours = Transformer.from_pretrained(tmp_path)
+    ours = load_transformer(tmp_path)
     assert ours.config.tie_embeddings == HF_CASES[case]["tie_word_embeddings"]
     torch.manual_seed(1)
     x = torch.randint(0, 101, (3, 100))  # long enough that llama3 scaling changes the result
@@ -108,17 +109,15 @@ def test_hf_formats_sharded_and_bin(tmp_path):
         ref = hf(x).logits
         for d in (shard_dir, bin_dir):
             (d / "config.json").write_text(cfg_text)
-            assert (Transformer.from_pretrained(d)(x) - ref).abs().max().item() < 1e-5
+            assert (load_transformer(d)(x) - ref).abs().max().item() < 1e-5
 
 
 def test_read_checkpoint_keeps_a_sequence_classifier_score_head(tmp_path):
-    """An HF LlamaForSequenceClassification directory (no lm_head): from_checkpoint loads its
+    """An HF LlamaForSequenceClassification directory (no lm_head): load_transformer loads its
     backbone with a zero LM head and the same states as HF's; read_checkpoint hands the score
     head over in the same read, for reward.py."""
     transformers = pytest.importorskip("transformers", reason="parity tests need transformers")
     pytest.importorskip("safetensors", reason="parity tests need safetensors")
-    from checkpoints import read_checkpoint
-
     cfg = transformers.LlamaConfig(
         hidden_size=64,
         intermediate_size=112,
@@ -135,7 +134,7 @@ def test_read_checkpoint_keeps_a_sequence_classifier_score_head(tmp_path):
     config, sd = read_checkpoint(tmp_path)
     assert torch.equal(sd["score.weight"], hf.score.weight)
     assert not sd["output.weight"].any()  # the zero LM head a classifier lacks
-    ours = Transformer.from_checkpoint(tmp_path)
+    ours = load_transformer(tmp_path)
     x = torch.randint(0, 101, (2, 17))
     with torch.no_grad():
         ref = hf.model(x).last_hidden_state
@@ -149,7 +148,7 @@ def test_read_checkpoint_keeps_a_sequence_classifier_score_head(tmp_path):
 def test_stories260k_greedy_matches_llama2c():
     from data.tokenizer import load_tokenizer
 
-    model = Transformer.from_llama2c(shared_path("llama2c", "stories260K", "stories260K.bin"))
+    model = load_transformer(shared_path("llama2c", "stories260K", "stories260K.bin"))
     tok = load_tokenizer(shared_path("llama2c", "stories260K", "tok512.bin"))
     # the whole file is read once; every weight is a view into that one buffer
     base = model.tok_embeddings.weight.untyped_storage().data_ptr()
@@ -190,8 +189,8 @@ def test_llama2c_pt_and_meta_roundtrip(tmp_path):
         dropout=0.0,
     )
     torch.save({"model": sd, "model_args": args, "iter_num": 5}, tmp_path / "ckpt.pt")
-    assert torch.allclose(Transformer.from_llama2c(tmp_path / "ckpt.pt")(x), ref, atol=1e-6)
-    assert torch.allclose(Transformer.from_checkpoint(tmp_path / "ckpt.pt")(x), ref, atol=1e-6)
+    assert torch.allclose(load_transformer(tmp_path / "ckpt.pt")(x), ref, atol=1e-6)
+    assert torch.allclose(load_transformer(tmp_path / "ckpt.pt")(x), ref, atol=1e-6)
     # Meta: params.json + consolidated.00.pth; FFN width derived from multiple_of, not stored
     meta = tiny(multiple_of=32, hidden_dim=None, tie_embeddings=False)
     assert meta.config.hidden_dim == 192  # int(2*256/3)=170 rounded up to a multiple of 32
@@ -207,7 +206,7 @@ def test_llama2c_pt_and_meta_roundtrip(tmp_path):
         rope_theta=10000.0,
     )
     (tmp_path / "params.json").write_text(json.dumps(params))
-    for loaded in (Transformer.from_meta(tmp_path), Transformer.from_checkpoint(tmp_path)):
+    for loaded in (load_transformer(tmp_path), load_transformer(tmp_path)):
         assert torch.allclose(loaded(x), meta(x), atol=1e-6)
 
 
@@ -308,12 +307,12 @@ def test_truncated_and_corrupt_checkpoints(tmp_path):
     with pytest.raises(
         ValueError, match=r"m\.bin: 4028 bytes, but its header .* implies 1056540 bytes"
     ):
-        Transformer.from_llama2c(path)
+        load_transformer(path)
     path.write_bytes(b"\0" * 10)
     with pytest.raises(ValueError, match="too short"):
-        Transformer.from_llama2c(path)
+        load_transformer(path)
     with pytest.raises(FileNotFoundError, match="config.json"):
-        Transformer.from_pretrained(tmp_path)
+        load_transformer(tmp_path)
     # an HF directory whose weights miss a layer, and one whose weights are garbage
     pytest.importorskip("safetensors")
     make_hf(tmp_path / "hf", "mha-untied")
@@ -321,11 +320,11 @@ def test_truncated_and_corrupt_checkpoints(tmp_path):
     cfg["num_hidden_layers"] = 4
     (tmp_path / "hf" / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ValueError, match=r"missing keys \['layers\.3\."):
-        Transformer.from_pretrained(tmp_path / "hf")
+        load_transformer(tmp_path / "hf")
     (tmp_path / "hf" / "model.safetensors").write_bytes(b"\x10\x00\x00\x00garbage")
     with pytest.raises(ValueError, match=r"model\.safetensors: unreadable safetensors"):
-        Transformer.from_pretrained(tmp_path / "hf")
+        load_transformer(tmp_path / "hf")
     pt = tmp_path / "bad.pt"
     torch.save({"model": {}}, pt)
     with pytest.raises(ValueError, match="expected keys 'model' and 'model_args'"):
-        Transformer.from_llama2c(pt)
+        load_transformer(pt)

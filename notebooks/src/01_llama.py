@@ -26,6 +26,7 @@ import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 
+from checkpoints import load_transformer
 from data.tokenizer import load_tokenizer
 from model import (
     Attention,
@@ -165,13 +166,13 @@ ax.grid(alpha=0.3)
 # ## 5. The real thing: stories260K
 #
 # [llama2.c](https://github.com/karpathy/llama2.c)'s smallest model: 5 layers, `dim` 64,
-# 8 query heads sharing 4 key/value heads, a 512-token vocabulary. `Transformer.from_llama2c`
-# reads its `.bin` file (the weights are views into the file, not copies) and
+# 8 query heads sharing 4 key/value heads, a 512-token vocabulary. `load_transformer`
+# (checkpoints.py) reads its `.bin` file (the weights are views into the file, not copies) and
 # `load_tokenizer` reads `tok512.bin`.
 
 # %%
 if HAVE_STORIES:
-    model = Transformer.from_llama2c(os.path.join(STORIES, "stories260K.bin"))
+    model = load_transformer(os.path.join(STORIES, "stories260K.bin"))
     tok = load_tokenizer(os.path.join(STORIES, "tok512.bin"))
     encode, decode, PAD = tok.encode, tok.decode, tok.pad_id
 else:  # same shape, random weights; byte tokens 3..258 stand in for the vocabulary
