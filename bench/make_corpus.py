@@ -96,12 +96,12 @@ def cut(text, layout):
 def generate(args):
     import torch
 
+    from checkpoints import load_transformer
     from data.chat import chat_format
     from data.tokenizer import load_tokenizer
-    from model import Transformer
 
     torch.set_num_threads(1)
-    model = Transformer.from_checkpoint(str(GGUF)).eval()
+    model = load_transformer(GGUF)
     tok = load_tokenizer(str(GGUF))
     fmt = chat_format(tok)
     rng = random.Random(0)

@@ -10,6 +10,7 @@ import torch.multiprocessing as mp
 from conftest import pad, shared_path
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from checkpoints import load_transformer
 from lora import LoRALinear, add_lora, memory_report, memory_stats, merge_lora
 from model import ModelConfig, Transformer
 from reward import RewardModel, pairwise_loss
@@ -169,7 +170,7 @@ def test_partial_merge_leaves_other_layers():
 def test_smollm2_memory():
     """The figures lora.py's docstring quotes: full fine-tuning vs rank 8 on all 30 layers."""
     path = shared_path("smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
-    rm = RewardModel(Transformer.from_checkpoint(path))
+    rm = RewardModel(load_transformer(path))
     full = memory_stats(rm)
     print("\nSmolLM2-135M full fine-tuning:", memory_report(rm))
     add_lora(rm, rank=8, alpha=16)
