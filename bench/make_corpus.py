@@ -104,11 +104,13 @@ def generate(args):
     model = load_transformer(GGUF)
     tok = load_tokenizer(str(GGUF))
     fmt = chat_format(tok)
-    rng = random.Random(0)
+    rng = random.Random(args.seed)
     jobs = []  # (style, decoding, problem)
     for style, (dataset, _) in STYLES.items():
+        if args.styles and style not in args.styles:
+            continue
         pool = problems(dataset)
-        for decoding in ("greedy", "t0.7"):
+        for decoding in args.decodings:
             for p in rng.sample(pool, args.per_style):
                 jobs.append((style, decoding, p))
     if args.quick:
@@ -218,6 +220,9 @@ def main():
     g.add_argument("--batch", type=int, default=12)
     g.add_argument("--max_new_tokens", type=int, default=256)
     g.add_argument("--quick", action="store_true", help="one batch, to measure the rate")
+    g.add_argument("--styles", nargs="*", default=None, help="only these prompt styles")
+    g.add_argument("--decodings", nargs="*", default=["greedy", "t0.7"])
+    g.add_argument("--seed", type=int, default=0, help="which problems are drawn")
     g.add_argument("--resume", action="store_true")
     s = sub.add_parser("split")
     s.add_argument("paths", nargs="+")
