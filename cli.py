@@ -13,17 +13,20 @@ A script's options are one dataclass whose fields say their default, help and ch
 line naming the option. Files are written aside and renamed (`atomic_write`), so a kill at any
 moment leaves the previous file whole.
 
-Expected failures are UsageError (a ValueError, so callers that catch ValueError still do), plus
-FileNotFoundError and data.pairs.BadRowError, whose messages already name the file (and line).
+Expected failures are UsageError (a ValueError, so callers that catch ValueError still do; the
+data's BadRowError is one), plus FileNotFoundError, whose message already names the file.
 """
 
 import argparse
 import os
 import pickle
+import re
 import sys
 import zipfile
 from contextlib import contextmanager
 from dataclasses import field, fields
+
+import torch
 
 
 class UsageError(ValueError):
@@ -32,11 +35,9 @@ class UsageError(ValueError):
 
 def run(main, argv=None):
     """main(argv), with an expected failure printed as `<script>: error: <message>`, exit 2."""
-    from data.pairs import BadRowError  # here: this module stays importable without numpy
-
     try:
         return main(argv)
-    except (UsageError, FileNotFoundError, BadRowError) as e:
+    except (UsageError, FileNotFoundError) as e:  # data.pairs.BadRowError is a UsageError
         message = " ".join(str(e).split())  # one line, whatever the message held
         print(f"{os.path.basename(sys.argv[0])}: error: {message}", file=sys.stderr)
         sys.exit(2)
@@ -67,8 +68,6 @@ def is_torch_file(path):
 
 def load_torch(path, **kwargs):
     """torch.load(path, weights_only=True), a missing or unreadable file as one UsageError."""
-    import torch
-
     if not os.path.isfile(path):
         raise UsageError(f"{path} not found")
     if not is_torch_file(path):
@@ -118,6 +117,20 @@ def parse_config(cls, argv=None, description=None):
         if test and not test(getattr(cfg, f.name)):
             raise UsageError(f"--{f.name} must be {must}, got {getattr(cfg, f.name)!r}")
     return cfg
+
+
+def check_device(device):
+    """A --device this machine has (auto, cpu, cuda, cuda:N, mps), else one line saying why."""
+    if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", device):
+        raise UsageError(f"--device must be auto, cpu, cuda, cuda:N or mps, got {device!r}")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        where = "this torch build" if torch.version.cuda is None else "this machine (no GPU seen)"
+        raise UsageError(f"--device {device}: CUDA is not available in {where}; use --device cpu")
+    if device.startswith("cuda:") and int(device[5:]) >= torch.cuda.device_count():
+        raise UsageError(f"--device {device}: there are {torch.cuda.device_count()} GPUs")
+    if device == "mps" and not torch.backends.mps.is_available():
+        raise UsageError("--device mps: MPS is not available here; use --device cpu")
+    return device
 
 
 # ----------------------------------------------------------------------------- files

@@ -28,9 +28,8 @@ DIR/reward_hist.png, reward_length.png, reliability.png; prints a table. The met
     length_corr    Pearson correlation of reward with response length over all responses
     ece            calibration of sigmoid(r_c - r_r) as P(chosen wins), 10 bins (see calibration)
 
-The rewards come from train_rm.evaluate itself, on the same collated batches, so a prepared
-dataset gives train_rm's held-out accuracy to the last digit. Imports go one way at module level:
-eval_rm imports train_rm; train_rm's end of run imports write_report from here inside main().
+`evaluate` below is what train_rm.py calls for its held-out evaluation too (imports go one way:
+train_rm imports eval_rm), so a prepared dataset gives train_rm's accuracy to the last digit.
 """
 
 import glob
@@ -39,16 +38,25 @@ import json
 import os
 import re
 import tempfile
-import zipfile
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
-from cli import ArgumentParser, run
-from data.pairs import BadRowError, PairDataset, encode_pair, read_pairs, write_pairs
-from reward import RewardModel, checkpoint_tokenizer, load_reward_model
-from train_rm import TrainConfig, dataset_dir, evaluate
+from ckpt import checkpoint_tokenizer
+from cli import ArgumentParser, UsageError, atomic_write, check_device, run
+from data.pairs import (
+    BadRowError,
+    PairDataset,
+    dataset_dir,
+    encode_pair,
+    length_heuristics,
+    read_pairs,
+    write_pairs,
+)
+from reward import load_for_scoring, pairwise_loss, pearson
 
 # RewardBench's sections (allenai/reward-bench, rewardbench/constants.py: SUBSET_MAPPING)
 SECTIONS = {
@@ -90,12 +98,77 @@ class Scored:
     extra: dict = field(default_factory=dict)
 
 
+# ----------------------------------------------------------------------------- scoring
+@torch.no_grad()
+def evaluate(
+    rm,
+    data,
+    pad_id,
+    batch_size,
+    n_pairs=None,
+    loss="logsig",
+    margin=0.0,
+    center_coef=0.0,
+    ctx=None,
+    rank=0,
+    world=1,
+    return_rewards=False,
+):
+    """(metrics, rewards) on the first n_pairs pairs of data (default all), split over the
+    ranks (all take part): metrics = {loss, acc, chosen, rejected, margin}, the pairwise loss
+    `loss`, accuracy (a tie is wrong), the mean rewards and their difference. rewards (n, 2):
+    each pair's (r_chosen, r_rejected) in the data's order, if return_rewards (else None).
+    ctx: e.g. the training's autocast. The batches are right-padded (data.collate), the layout
+    reward.py scores; the forward skips the padding."""
+    ctx, was_training = ctx or nullcontext(), rm.training
+    rm.eval()
+    n_pairs = min(len(data), n_pairs or len(data))
+    idx = list(range(n_pairs))[rank::world]
+    device = rm.head.weight.device
+    sums = dict(loss=0.0, acc=0.0, chosen=0.0, rejected=0.0, n=0.0)  # totals over the pairs
+    kept = []
+    for i in range(0, len(idx), batch_size):
+        b = data.collate(idx[i : i + batch_size], pad_id).to(device)
+        with ctx:
+            r_c, r_r = rm.forward_pair(b.chosen, b.chosen_mask, b.rejected, b.rejected_mask)
+        r_c, r_r, n = r_c.float(), r_r.float(), len(r_c)
+        sums["loss"] += pairwise_loss(loss, r_c, r_r, None, margin, center_coef).item() * n
+        sums["acc"] += (r_c > r_r).sum().item()  # a tie is wrong
+        sums["chosen"] += r_c.sum().item()
+        sums["rejected"] += r_r.sum().item()
+        sums["n"] += n
+        kept.append(torch.stack([r_c, r_r], 1).cpu())
+    sums = all_reduce_sum(sums, world, device)
+    rm.train(was_training)
+    n = sums.pop("n")
+    metrics = {k: v / n for k, v in sums.items()}
+    metrics["margin"] = metrics["chosen"] - metrics["rejected"]
+    if not return_rewards:
+        return metrics, None
+    rewards = torch.cat(kept) if kept else torch.zeros(0, 2)
+    if world > 1:  # rank r scored pairs r, r + world, ...: put them back in order
+        shards = [None] * world
+        dist.all_gather_object(shards, rewards)
+        rewards = torch.empty(n_pairs, 2)
+        for r, shard in enumerate(shards):
+            rewards[r::world] = shard
+    return metrics, rewards
+
+
+def all_reduce_sum(metrics, world, device):
+    """A dict of numbers summed over the ranks, in one all_reduce."""
+    if world == 1:
+        return metrics
+    t = torch.tensor(list(metrics.values()), dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return dict(zip(metrics, t.tolist(), strict=True))
+
+
 # ----------------------------------------------------------------------------- metrics
-def pearson(x, y):
-    """Pearson correlation of two 1-d tensors; None when either is constant (undefined)."""
-    x, y = x.double() - x.double().mean(), y.double() - y.double().mean()
-    denom = (x.pow(2).sum() * y.pow(2).sum()).sqrt()
-    return (x @ y / denom).item() if denom > 0 else None
+def correlation(x, y):
+    """reward.pearson of two 1-d tensors, in float64; None when either is constant (undefined)."""
+    x, y = x.double(), y.double()
+    return None if len(x) < 2 or x.std() == 0 or y.std() == 0 else pearson(x, y, eps=0).item()
 
 
 def calibration(r_c, r_r, bins=10):
@@ -122,18 +195,18 @@ def calibration(r_c, r_r, bins=10):
 def pair_metrics(r_c, r_r, len_c, len_r):
     """The metrics of n pairs from their rewards and response lengths, each (n,)."""
     n = len(r_c)
-    longer = torch.where(len_c > len_r, 1.0, torch.where(len_c == len_r, 0.5, 0.0)).mean()
+    heuristics = length_heuristics(zip(len_c.tolist(), len_r.tolist(), strict=True))
     ece, _ = calibration(r_c, r_r)
     return {
         "n": n,
         "accuracy": int((r_c > r_r).sum()) / n,  # as train_rm.evaluate counts: a tie is wrong
         "ties": int((r_c == r_r).sum()),
-        "longer_wins": longer.item(),  # data/hh_rlhf/prepare.py's length_heuristics, unrounded
-        "shorter_wins": 1 - longer.item(),
+        "longer_wins": heuristics.longer_wins,  # data/pairs.py's, in tokens, a tie half
+        "shorter_wins": heuristics.shorter_wins,
         "mean_margin": (r_c - r_r).double().mean().item(),
         "mean_chosen": r_c.double().mean().item(),
         "mean_rejected": r_r.double().mean().item(),
-        "length_corr": pearson(torch.cat([r_c, r_r]), torch.cat([len_c, len_r])),
+        "length_corr": correlation(torch.cat([r_c, r_r]), torch.cat([len_c, len_r])),
         "ece": ece,
     }
 
@@ -292,38 +365,33 @@ def plot_report(out_dir, per_subset, result):
 
 
 def save(fig, out_dir, name):
+    """Every figure of a run (train_rm's curves too): laid out, 100 dpi, written atomically."""
     fig.tight_layout()
-    fig.savefig(os.path.join(out_dir, name), dpi=100)
+    with atomic_write(os.path.join(out_dir, name)) as f:
+        fig.savefig(f, dpi=100, format="png")
 
 
 # ----------------------------------------------------------------------------- the model
 def load_model(path):
     """(reward model, info): info holds the training data's meta.json ({} if unknown), its
-    training batch size, whether the checkpoint carries a tokenizer (reward.checkpoint_tokenizer
+    training batch size, whether the checkpoint carries a tokenizer (ckpt.checkpoint_tokenizer
     reads it), and where the head's weights come from: "trained" (train_rm), "score" (an HF
     classifier's) or "random"."""
-    if os.path.isfile(path) and zipfile.is_zipfile(path):  # torch.save writes a zip archive
-        ckpt = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
-        ckpt = ckpt if isinstance(ckpt, dict) else {}
-        if any(isinstance(d, dict) and "kind" in d for d in (ckpt, ckpt.get("model"))):
-            meta = ckpt.get("data_meta") or {}
-            batch = (ckpt.get("train_config") or {}).get("batch_size")
-            return load_reward_model(path), dict(
-                meta=meta, batch_size=batch, has_tokenizer=True, head="trained"
-            )
-    rm = RewardModel.from_backbone_checkpoint(path)
-    config = os.path.join(path, "config.json")
-    classifier = False
+    rm, ckpt = load_for_scoring(path)
+    if ckpt is not None:
+        meta, batch = (
+            ckpt.get("data_meta") or {},
+            (ckpt.get("train_config") or {}).get("batch_size"),
+        )
+        return rm, dict(meta=meta, batch_size=batch, has_tokenizer=True, head="trained")
+    config, classifier = os.path.join(path, "config.json"), False
     if os.path.isfile(config):
         with open(config) as f:
-            classifier = any(
-                a.endswith("ForSequenceClassification")
-                for a in json.load(f).get("architectures") or []
-            )
+            architectures = json.load(f).get("architectures") or []
+        classifier = any(a.endswith("ForSequenceClassification") for a in architectures)
     own_tok = path.endswith(".gguf") or os.path.isdir(path)  # else llama2.c: none inside
-    return rm, dict(
-        meta={}, batch_size=None, has_tokenizer=own_tok, head="score" if classifier else "random"
-    )
+    head = "score" if classifier else "random"
+    return rm, dict(meta={}, batch_size=None, has_tokenizer=own_tok, head=head)
 
 
 # ----------------------------------------------------------------------------- the data
@@ -510,8 +578,7 @@ def load_source(kind, path, args, info, tokenizer):
 def score(rm, source, batch_size):
     """{subset name: Scored} for a Source, the rewards from train_rm.evaluate."""
     n = len(source.names)
-    cfg = TrainConfig(batch_size=batch_size, eval_pairs=n)
-    _, rewards = evaluate(rm, source.data, source.pad_id, cfg, return_rewards=True)
+    _, rewards = evaluate(rm, source.data, source.pad_id, batch_size, n, return_rewards=True)
     lengths = torch.from_numpy(np.diff(source.data.offsets[:n], axis=1)[:, 1:].copy())  # (n, 2)
     out = {}
     for name in dict.fromkeys(source.names):  # in order of first appearance
@@ -556,7 +623,10 @@ def main(argv=None):
     p.add_argument("--max_pairs", type=int, default=None, help="per --data (GSM8K: questions)")
     p.add_argument("--device", default="cpu")
     args = p.parse_args(argv)
-
+    for name in ("batch_size", "max_len", "max_pairs"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            p.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+    check_device(args.device)  # before the weights are read: a CPU build fails fast
     if not os.path.exists(args.ckpt):
         p.error(f"--ckpt {args.ckpt} not found")
     try:
@@ -564,9 +634,11 @@ def main(argv=None):
     except ValueError as e:
         p.error(str(e))
     try:
-        rm, info = load_model(args.ckpt)
+        rm, info = load_model(args.ckpt)  # a missing, truncated or foreign file: UsageError
+    except UsageError:
+        raise
     except (OSError, ValueError, KeyError, RuntimeError) as e:
-        p.error(f"{args.ckpt}: not a model reward.py loads ({e})")
+        p.error(f"{args.ckpt}: not a reward model or backbone checkpoint ({e})")
     rm = rm.to(args.device).eval()
     info["max_len"] = rm.backbone.config.max_seq_len
     if info["head"] == "random":

@@ -3,7 +3,7 @@ Reward models: a LLaMA that reads prompt + response and returns one number, and 
 losses that teach it which of two responses people preferred.
 
     python reward.py --ckpt out/ckpt.pt --prompt "Once upon a time" --response "there was a cat."
-    python reward.py --ckpt out/ckpt.pt --pairs pairs.jsonl     # accuracy on prompt/chosen/rejected
+    python reward.py --ckpt out/ckpt.pt --export_hf out/hf       # a LlamaForSequenceClassification
     python reward.py --ckpt ../shared/data/llama2c/stories260K/stories260K.bin \
         --tokenizer ../shared/data/llama2c/stories260K/tok512.bin --prompt "Hi" --response "Hello"
 
@@ -28,17 +28,22 @@ head learns anyway. The beta that matters is DPO's, where the "reward" is
 beta * log(pi / pi_ref) and the policy cannot rescale it freely.
 """
 
-import json
+import argparse
 import os
-import tempfile
-from dataclasses import asdict
+import re
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from cli import ArgumentParser, UsageError, is_torch_file, load_torch, run
+from checkpoints import read_checkpoint, transformer_from_state_dict
+from ckpt import checkpoint_tokenizer, is_ours, load_checkpoint, save_checkpoint
+from cli import ArgumentParser, UsageError, run
+from data.chat import chat_format
+from data.pairs import encode_pair, packed_attention_mask, packed_block_mask
+from data.tokenizer import load_tokenizer
+from export_hf import export_hf
 from model import ModelConfig, Transformer
 
 LOSSES = ("logsig", "logexp", "bce")
@@ -95,40 +100,6 @@ def pad_and_concat(a, a_mask, b, b_mask):
     return tokens, mask
 
 
-def packed_attention_mask(segments):
-    """(B, T, T) bool, True where a query may attend to a key, for rows packed by
-    data/pairs.pack_pairs; segments (B, T): 0 prompt, 1 chosen, 2 rejected, -1 padding.
-
-               keys:  P P P C C R R .
-        queries:  P   x
-                  P   x x
-                  P   x x x
-                  C   x x x x
-                  C   x x x x x
-                  R   x x x     x            the rejected response sees the prompt and
-                  R   x x x     x x          itself, never the chosen response
-                  .   x x x         x        padding sees itself: no row is empty (NaN)
-
-    Causal, and a key outside the prompt only for queries of its own segment. Padding comes
-    last in a row, so real queries never see it; its outputs are never read."""
-    T = segments.size(1)
-    causal = torch.ones(T, T, dtype=torch.bool, device=segments.device).tril()  # (T, T)
-    q, k = segments[:, :, None], segments[:, None, :]  # (B, T, 1), (B, 1, T)
-    return causal & ((k == 0) | (k == q))  # (B, T, T)
-
-
-def packed_block_mask(segments):
-    """packed_attention_mask as a FlexAttention BlockMask (for CUDA): blocks that no query may
-    see, the upper triangle and rejected x chosen, are skipped instead of computed and masked."""
-    from torch.nn.attention.flex_attention import create_block_mask
-
-    def mask_mod(b, h, q, k):
-        return (k <= q) & ((segments[b, k] == 0) | (segments[b, k] == segments[b, q]))
-
-    B, T = segments.shape
-    return create_block_mask(mask_mod, B, None, T, T, device=segments.device)
-
-
 # ----------------------------------------------------------------------------- losses
 def pairwise_loss(kind, r_chosen, r_rejected, labels=None, margin=None, center_coef=0.0):
     """The pairwise loss `kind` in LOSSES on the difference d = r_chosen - r_rejected - margin:
@@ -172,6 +143,13 @@ def accuracy(r_chosen, r_rejected):
     return (r_chosen > r_rejected).float().mean()
 
 
+def pearson(x, y, eps=1e-8):
+    """Pearson correlation of two (N,) tensors, differentiable (ODIN's statistic in a batch);
+    eval_rm reports it between rewards and lengths."""
+    x, y = x - x.mean(), y - y.mean()
+    return (x * y).sum() / (x.norm() * y.norm() + eps)
+
+
 def chunked_cross_entropy(lm_head, h, labels, chunk):
     """Per-token cross-entropy (N,) of lm_head(h) (N, dim) against labels (N,), `chunk` rows at a
     time. At a real vocabulary the logits are the memory: 1024 tokens x 49k entries is 200 MB
@@ -208,14 +186,12 @@ class ScalarHeadModel(nn.Module):
 
     @classmethod
     def from_backbone_checkpoint(cls, path):
-        """The backbone from any checkpoint checkpoints.read_checkpoint reads (llama2.c, Meta,
-        HF, GGUF); the head is new, unless the file is an HF sequence classifier whose
-        `score.weight` comes in the same read: then it is the head's weight."""
-        from checkpoints import read_checkpoint
-
+        """The backbone from any checkpoint checkpoints.py reads (llama2.c, Meta, HF, GGUF);
+        the head is new, unless the file is an HF sequence classifier whose `score.weight`
+        comes in the same read: then it is the head's weight."""
         config, sd = read_checkpoint(path)
         score = sd.pop("score.weight", None)
-        model = cls(Transformer.from_state_dict(ModelConfig(**config), sd, path))
+        model = cls(transformer_from_state_dict(ModelConfig(**config), sd, path))
         if score is not None:
             if score.shape != model.head.weight.shape:
                 raise ValueError(f"{path}: score.weight {tuple(score.shape)} is not (1, dim)")
@@ -223,59 +199,42 @@ class ScalarHeadModel(nn.Module):
                 model.head.weight.copy_(score)
         return model.eval()
 
-    def checkpoint_dict(self):
-        """What save() writes: {"kind", "config", "model"}; train_rm adds its own keys beside."""
-        config = asdict(self.backbone.config)
-        return {"kind": type(self).__name__, "config": config, "model": self.state_dict()}
-
-    def save(self, path):
-        """Config and weights in one file, readable with weights_only=True. Written to a
-        temporary file and renamed, so a crash mid-write never leaves a truncated checkpoint."""
-        torch.save(self.checkpoint_dict(), str(path) + ".tmp")
-        os.replace(str(path) + ".tmp", path)
-
     @classmethod
-    def load(cls, path, map_location="cpu"):
-        ckpt = _read_checkpoint(path, map_location)
-        if ckpt["kind"] != cls.__name__:
-            raise ValueError(f"{path} holds a {ckpt['kind']}, not a {cls.__name__}")
-        return cls._adopt(ckpt, path)
-
-    @classmethod
-    def _adopt(cls, ckpt, source):
-        """Take the saved tensors: the backbone through model.py's checks, then the head."""
+    def from_checkpoint_dict(cls, ckpt, source):
+        """The model a ckpt.pt's dict holds (ckpt.py reads it): the backbone through the
+        shape and key checks of every loaded checkpoint, then the head(s), strictly."""
         sd = ckpt["model"]
-        backbone_sd = {
-            k.removeprefix("backbone."): v for k, v in sd.items() if k.startswith("backbone.")
-        }
-        config = ModelConfig(**ckpt["config"])
-        model = cls(Transformer.from_state_dict(config, backbone_sd, source))
-        # the head's one or two tensors; older files call it value_head or reward_head
-        head_sd = {k.split(".", 1)[1]: v for k, v in sd.items() if not k.startswith("backbone.")}
-        model.head.load_state_dict(head_sd)  # strict: a head saved by another class fails loudly
+        backbone = {k.removeprefix("backbone."): v for k, v in sd.items() if k[:9] == "backbone."}
+        model = cls(transformer_from_state_dict(ModelConfig(**ckpt["config"]), backbone, source))
+        rest = {k: v for k, v in sd.items() if not k.startswith("backbone.")}
+        rest = {re.sub(r"^(value|reward)_head\.", "head.", k): v for k, v in rest.items()}
+        model.load_state_dict(rest, strict=False)  # the heads; the backbone is assigned
+        missing = {k for k in model.state_dict() if not k.startswith("backbone.")} - rest.keys()
+        if missing or rest.keys() - model.state_dict().keys():
+            raise ValueError(f"{source}: its heads {sorted(rest)} do not fit a {cls.__name__}")
         return model.eval()
 
+    def save(self, path):
+        save_checkpoint(path, self)
 
-def _read_checkpoint(path, map_location="cpu"):
-    """The {"kind", "config", "model"} dict of a checkpoint, at its top level or nested under
-    "model" (a training checkpoint that also holds an optimizer)."""
-    ckpt = torch.load(path, map_location=map_location, mmap=True, weights_only=True)
-    if isinstance(ckpt, dict) and isinstance(ckpt.get("model"), dict) and "kind" in ckpt["model"]:
-        ckpt = ckpt["model"]
-    if not isinstance(ckpt, dict) or not {"kind", "config", "model"} <= ckpt.keys():
-        found = list(ckpt) if isinstance(ckpt, dict) else type(ckpt).__name__
-        raise ValueError(f"{path}: not a reward checkpoint (need kind/config/model, got {found})")
-    return ckpt
+    @classmethod
+    def load(cls, path):
+        ckpt = load_checkpoint(path)
+        if ckpt["kind"] != cls.__name__:
+            raise ValueError(f"{path} holds a {ckpt['kind']}, not a {cls.__name__}")
+        return cls.from_checkpoint_dict(ckpt, path)
 
 
-def load_reward_model(path, map_location="cpu"):
-    """The reward model class the checkpoint's "kind" names, with its weights."""
-    ckpt = _read_checkpoint(path, map_location)
-    kinds = (RewardModel, LMRegularizedRewardModel, LengthDebiasedRewardModel)
-    classes = {c.__name__: c for c in kinds}
-    if ckpt["kind"] not in classes:
-        raise ValueError(f"{path}: kind {ckpt['kind']!r} is not one of {list(classes)}")
-    return classes[ckpt["kind"]]._adopt(ckpt, path)
+def load_reward_model(path, ckpt=None):
+    """The reward model a ckpt.pt holds (ckpt: its dict, if already read), of the class its
+    "kind" names, or the class that scores for it (SCORED_AS)."""
+    ckpt = ckpt or load_checkpoint(path)
+    kind, drop = SCORED_AS.get(ckpt["kind"], (ckpt["kind"], None))
+    if kind not in KINDS:
+        raise UsageError(f"{path}: kind {ckpt['kind']!r} is not one of {list(KINDS)}")
+    if drop:  # the heads that only training reads
+        ckpt = dict(ckpt, model={k: v for k, v in ckpt["model"].items() if not k.startswith(drop)})
+    return KINDS[kind].from_checkpoint_dict(ckpt, path)
 
 
 class RewardModel(ScalarHeadModel):
@@ -380,264 +339,64 @@ class LMRegularizedRewardModel(RewardModel):
         return total, stats
 
 
-def pearson(x, y, eps=1e-8):
-    """Pearson correlation of two (N,) tensors, differentiable: ODIN's statistic in a batch."""
-    x, y = x - x.mean(), y - y.mean()
-    return (x * y).sum() / (x.norm() * y.norm() + eps)
-
-
-class LengthDebiasedRewardModel(RewardModel):
-    """ODIN (Chen et al. 2024, arXiv 2402.07319): a second head, `length_head`, on the same
-    last-token state, made to absorb what response length explains. Training sees their sum:
-
-        loss = pairwise_loss(q_c + l_c, q_r + l_r)
-               + length_coef * (|rho(q, L)| - rho(l, L) + |w_q . w_l|)
-
-    q = head(h), l = length_head(h), L the response lengths in tokens, rho the Pearson
-    correlation over the 2B responses of the batch. The length head is pulled towards length,
-    the quality head away from it (either sign), and the two weight vectors apart. Scoring
-    (forward, forward_pair, evaluation, export) is RewardModel's: the quality head alone, so a
-    longer response is no longer paid for being longer. ODIN weighs the correlation and the
-    orthogonality terms separately; one coefficient here. Pearson over a batch is a noisy
-    estimate: batches of a few pairs decorrelate little."""
-
-    def __init__(self, backbone: Transformer):
-        super().__init__(backbone)
-        device = backbone.tok_embeddings.weight.device
-        self.length_head = new_head(backbone.config.dim, bias=False).to(device)
-
-    @classmethod
-    def _adopt(cls, ckpt, source):
-        sd = dict(ckpt["model"])  # the length head aside, the rest as every scalar-head model
-        length = {k.split(".", 1)[1]: sd.pop(k) for k in list(sd) if k.startswith("length_head.")}
-        model = super()._adopt(dict(ckpt, model=sd), source)
-        model.length_head.load_state_dict(length)
-        return model
-
-    def loss(
-        self,
-        chosen,
-        chosen_mask,
-        rejected,
-        rejected_mask,
-        chosen_response_mask,
-        kind="logsig",
-        margin=None,
-        center_coef=0.0,
-        length_coef=1.0,
-    ):
-        """(total loss, stats) on the right-padded pair batch (data/pairs.py's Batch): prompts
-        are shared, so a rejected response's length is its row's length minus the prompt's."""
-        tokens, mask = pad_and_concat(chosen, chosen_mask, rejected, rejected_mask)  # (2B, T)
-        last = last_real_index(mask)
-        h = self.backbone.hidden_states(tokens, mask, at=last[:, None])[:, 0]  # (2B, dim)
-        n_chosen = chosen_response_mask.sum(1)  # (B,)
-        n_prompt = chosen_mask.sum(1) - n_chosen
-        lengths = torch.cat([n_chosen, rejected_mask.sum(1) - n_prompt])  # (2B,)
-        return self._odin(h, lengths, kind, margin, center_coef, length_coef)
-
-    def loss_packed(
-        self,
-        tokens,
-        segments,
-        positions,
-        chosen_end,
-        rejected_end,
-        kind="logsig",
-        margin=None,
-        center_coef=0.0,
-        length_coef=1.0,
-        flex=False,
-    ):
-        """loss() on rows [prompt | chosen | rejected] (data/pairs.py's PackedBatch): each
-        response's length is the count of its segment's tokens."""
-        mask = packed_block_mask(segments) if flex else packed_attention_mask(segments)
-        ends = torch.stack([chosen_end, rejected_end], 1)  # (B, 2)
-        h = self.backbone.hidden_states(
-            tokens, segments >= 0, positions=positions, attn_mask=mask, at=ends
-        )  # (B, 2, dim)
-        h = h.transpose(0, 1).flatten(0, 1)  # (B, 2, dim) -> (2B, dim): chosen rows, then rejected
-        lengths = torch.cat([(segments == 1).sum(1), (segments == 2).sum(1)])  # (2B,)
-        return self._odin(h, lengths, kind, margin, center_coef, length_coef)
-
-    def _odin(self, h, lengths, kind, margin, center_coef, length_coef):
-        """The loss above from the 2B last-token states (chosen first) and response lengths."""
-        B = h.size(0) // 2
-        q, l = apply_head(self.head, h), apply_head(self.length_head, h)  # (2B,) each
-        r = q + l
-        rm_loss = pairwise_loss(kind, r[:B], r[B:], margin=margin, center_coef=center_coef)
-        lengths = lengths.to(q.dtype)
-        rho_q, rho_l = pearson(q, lengths), pearson(l, lengths)
-        ortho = (self.head.weight * self.length_head.weight).sum().abs()
-        total = rm_loss + length_coef * (rho_q.abs() - rho_l + ortho)
-        stats = {  # r_chosen, r_rejected: the quality head's, what evaluation scores
-            "r_chosen": q[:B].detach(),
-            "r_rejected": q[B:].detach(),
-            "rm_loss": rm_loss.detach(),  # the pairwise loss of the sum q + l
-            "rho_quality": rho_q.detach(),
-            "rho_length": rho_l.detach(),
-            "accuracy": accuracy(q[:B], q[B:]).detach(),
-        }
-        return total, stats
-
-
-# ----------------------------------------------------------------------------- tokenizers
-def tokenizer_files(tok):
-    """{file name: uint8 tensor of its bytes}, the tokenizer as a checkpoint carries it (train_rm
-    saves it beside the weights), so scoring needs no tokenizer path that a moved or deleted
-    dataset folder would break. SentencePiece: its model proto; llama2.c: its .bin; byte-level
-    BPE (from a .gguf or tokenizer.json): an HF tokenizer.json and tokenizer_config.json."""
-    from data.bpe import BPETokenizer
-    from data.tokenizer import Llama2cTokenizer, SentencePieceTokenizer
-
-    if isinstance(tok, BPETokenizer):
-        files = {
-            "tokenizer.json": tok.to_json(),
-            "tokenizer_config.json": tok.hf_tokenizer_config(),
-        }
-        files = {k: json.dumps(v, ensure_ascii=False).encode() for k, v in files.items()}
-    elif isinstance(tok, SentencePieceTokenizer):
-        files = {"tokenizer.model": tok.sp.serialized_model_proto()}
-    elif isinstance(tok, Llama2cTokenizer):
-        files = {"tokenizer.bin": tok.path.read_bytes()}
-    else:
-        raise TypeError(f"cannot store a {type(tok).__name__} in a checkpoint")
-    return {k: torch.frombuffer(bytearray(v), dtype=torch.uint8) for k, v in files.items()}
-
-
-def checkpoint_tokenizer(source, missing_ok=False):
-    """The tokenizer of a checkpoint: a train_rm.py ckpt.pt (its path or its loaded dict), a
-    .gguf (its metadata holds one), or a Hugging Face / Meta directory with tokenizer.model or
-    tokenizer.json. A train_rm checkpoint's tokenizer is checked against the fingerprint its
-    dataset recorded. None records one: a ValueError, or None if missing_ok."""
-    from data.tokenizer import load_tokenizer, tokenizer_fingerprint
-
-    name = "the checkpoint" if isinstance(source, dict) else str(source)
-    if not isinstance(source, dict) and (os.path.isdir(name) or name.endswith(".gguf")):
-        found = [os.path.join(name, f) for f in ("tokenizer.model", "tokenizer.json")]
-        found = [f for f in found if os.path.isfile(f)]
-        if name.endswith(".gguf"):  # a GGUF may hold weights only
-            from gguf_reader import read_gguf_metadata
-
-            found = [name] if "tokenizer.ggml.tokens" in read_gguf_metadata(name) else []
-        if found:
-            return load_tokenizer(found[0])
-        if missing_ok:
-            return None
-        raise ValueError(f"{name} holds no tokenizer.model or tokenizer.json: pass --tokenizer")
-    ckpt = source
-    if not isinstance(source, dict):
-        ckpt = torch.load(name, map_location="cpu", mmap=True, weights_only=True)
-        ckpt = ckpt if isinstance(ckpt, dict) else {}
-    files, meta = ckpt.get("tokenizer_files"), ckpt.get("data_meta") or {}
-    if files:  # load_tokenizer reads files: lay them out in a scratch directory
-        with tempfile.TemporaryDirectory() as d:
-            for fname, data in files.items():
-                with open(os.path.join(d, os.path.basename(fname)), "wb") as f:
-                    f.write(data.numpy().tobytes())
-            tok = load_tokenizer(d if "tokenizer.json" in files else os.path.join(d, *files))
-    elif isinstance(ckpt.get("tokenizer"), str) and os.path.exists(ckpt["tokenizer"]):
-        tok = load_tokenizer(ckpt["tokenizer"])  # older checkpoints hold only the path
-    elif missing_ok:
-        return None
-    else:
-        raise ValueError(
-            f"{name} records no tokenizer (not saved by train_rm.py, or before checkpoints "
-            f"carried one, and {ckpt.get('tokenizer')!r} is gone): pass --tokenizer"
-        )
-    want, got = meta.get("tokenizer_fingerprint"), tokenizer_fingerprint(tok)
-    if want and got != want:
-        raise ValueError(f"{name}: its tokenizer has fingerprint {got}, its data recorded {want}")
-    return tok
+# the classes a ckpt.pt's "kind" names. --length_head's model (length_head.py) scores with its
+# quality head alone, i.e. as a RewardModel: scoring, evaluation and export load it as one.
+KINDS = {"RewardModel": RewardModel, "LMRegularizedRewardModel": LMRegularizedRewardModel}
+SCORED_AS = {"LengthDebiasedRewardModel": ("RewardModel", "length_head.")}
 
 
 # ----------------------------------------------------------------------------- command line
-def _load_for_cli(path):
-    """(model, the checkpoint's dict) for a reward checkpoint, or (a RewardModel around any
-    backbone checkpoint model.py can read, None)."""
+def load_for_scoring(path):
+    """(model, its ckpt.pt dict) for our checkpoint, or (a RewardModel around any backbone
+    checkpoints.py reads, None): the head is random then, unless an HF classifier's `score`."""
     if not os.path.exists(path):
         raise UsageError(f"{path} not found")
+    if is_ours(path):
+        ckpt = load_checkpoint(path)
+        return load_reward_model(path, ckpt), ckpt
     try:
-        if is_torch_file(path):  # a damaged one too: load_torch says "X is corrupt"
-            ckpt = load_torch(path, map_location="cpu", mmap=True)
-            ckpt = ckpt if isinstance(ckpt, dict) else {}
-            if any(isinstance(d, dict) and "kind" in d for d in (ckpt, ckpt.get("model"))):
-                return load_reward_model(path), ckpt  # else e.g. llama2.c's .pt
         model = RewardModel.from_backbone_checkpoint(path)
-    except UsageError:
-        raise
     except ValueError as e:  # the readers' "wrong format, truncated, shapes do not fit"
         raise UsageError(str(e) if str(path) in str(e) else f"{path}: {e}") from None
-    print(f"note: {path} is a backbone checkpoint; its head is random unless it had a `score`")
     return model, None
 
 
 @torch.no_grad()
 def main(argv=None):
-    p = ArgumentParser(description="Score responses with a reward model.")
+    p = ArgumentParser(description="Score a response with a reward model, or export it.")
     p.add_argument("--ckpt", required=True, help="a saved reward model, or any backbone")
     p.add_argument("--tokenizer", default=None, help="default: the one the ckpt carries")
     p.add_argument("--prompt", default="")
     p.add_argument("--response", default=None)
-    p.add_argument("--pairs", default=None, help='JSONL rows {"prompt","chosen","rejected"}')
-    p.add_argument("--batch_size", type=int, default=16)
     p.add_argument("--export_hf", default=None, help="write a LlamaForSequenceClassification dir")
+    p.add_argument("--pairs", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if sum(a is not None for a in (args.response, args.pairs, args.export_hf)) != 1:
-        p.error("give exactly one of --response, --pairs and --export_hf")
-    if args.batch_size < 1:
-        p.error(f"--batch_size must be >= 1, got {args.batch_size}")
-
-    from data.chat import chat_format
-    from data.pairs import encode_pair, read_pairs  # the tokenization train_rm uses
-    from data.tokenizer import load_tokenizer
-
-    model, ckpt = _load_for_cli(args.ckpt)
-    meta = (ckpt or {}).get("data_meta") or {}
-    try:
-        tok = (
-            load_tokenizer(args.tokenizer)
-            if args.tokenizer
-            else checkpoint_tokenizer(ckpt or args.ckpt)
+    if args.pairs is not None:
+        p.error(
+            f"accuracy on pairs is eval_rm.py's: python eval_rm.py --ckpt {args.ckpt} "
+            f"--data {args.pairs} --out DIR"
         )
-    except ValueError as e:
-        p.error(str(e))
+    if (args.response is None) == (args.export_hf is None):
+        p.error("give exactly one of --response and --export_hf")
+    model, ckpt = load_for_scoring(args.ckpt)
+    if ckpt is None:
+        print(
+            f"note: {args.ckpt} is a backbone checkpoint; its head is random unless it had a "
+            "`score`"
+        )
+    meta = (ckpt or {}).get("data_meta") or {}
+    tok = (
+        load_tokenizer(args.tokenizer)
+        if args.tokenizer
+        else checkpoint_tokenizer(ckpt or args.ckpt)
+    )
     if args.export_hf is not None:
-        from export_hf import export_hf
-
         export_hf(model, args.export_hf, tok, meta)
         return
     fmt = chat_format(tok, meta.get("chat_format", "auto"))  # the layout it was trained on
-    max_len = model.backbone.config.max_seq_len
-    if args.response is not None:
-        pair = {"prompt": args.prompt, "chosen": args.response, "rejected": args.response}
-        prompt, response, _, _ = encode_pair(tok, pair, max_len, fmt)
-        print(f"reward: {model(torch.tensor([prompt + response])).item():.6f}")
-        return
-    pairs, _ = read_pairs(args.pairs)  # a bad row: BadRowError naming file:line
-    if not pairs:
-        raise UsageError(f"{args.pairs} holds no pairs")
-    r_c, r_r = [], []
-    for i in range(0, len(pairs), args.batch_size):
-        chosen, rejected = [], []
-        for pair in pairs[i : i + args.batch_size]:
-            prompt, c, r, _ = encode_pair(tok, pair, max_len, fmt)
-            chosen.append(list(prompt) + c), rejected.append(list(prompt) + r)
-        rc, rr = model.forward_pair(*_right_pad(chosen), *_right_pad(rejected))
-        r_c.append(rc), r_r.append(rr)
-    r_c, r_r = torch.cat(r_c), torch.cat(r_r)
-    print(f"{len(pairs)} pairs, accuracy {accuracy(r_c, r_r).item():.4f}")
-    print(f"mean reward chosen {r_c.mean().item():.4f}, rejected {r_r.mean().item():.4f}")
-
-
-def _right_pad(seqs):
-    """Lists of ids -> tokens (B, T), mask (B, T)."""
-    T = max(len(s) for s in seqs)
-    tokens = torch.zeros(len(seqs), T, dtype=torch.long)
-    mask = torch.zeros(len(seqs), T, dtype=torch.long)
-    for i, s in enumerate(seqs):
-        tokens[i, : len(s)], mask[i, : len(s)] = torch.tensor(s), 1
-    return tokens, mask
+    pair = {"prompt": args.prompt, "chosen": args.response, "rejected": args.response}
+    prompt, response, _, _ = encode_pair(tok, pair, model.backbone.config.max_seq_len, fmt)
+    print(f"reward: {model(torch.tensor([prompt + response])).item():.6f}")
 
 
 if __name__ == "__main__":

@@ -22,31 +22,36 @@ no mixed fp16 (bf16 needs no loss scaling); a single fixed train/val split from 
 import json
 import math
 import os
-import re
 import time
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass
 from functools import lru_cache
 
 import torch
 import torch.distributed as dist
+from matplotlib.figure import Figure
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from cli import ArgumentParser, UsageError, boolean, load_torch, run
-from data.pairs import PairDataset, bucketed_order
-from model import ModelConfig
-from reward import (
-    LOSSES,
-    LengthDebiasedRewardModel,
-    LMRegularizedRewardModel,
-    RewardModel,
-    accuracy,
-    checkpoint_tokenizer,
-    pairwise_loss,
+from ckpt import checkpoint_tokenizer, resume, save_checkpoint
+from cli import (
+    AT_LEAST_1,
+    NON_NEGATIVE,
+    POSITIVE,
+    UsageError,
+    check_device,
+    one_of,
+    opt,
+    parse_config,
+    run,
 )
-
-HERE = os.path.dirname(os.path.abspath(__file__))
+from data.arith.prepare import main as make_arith
+from data.pairs import PairDataset, bucketed_order, dataset_dir
+from data.tokenizer import tokenizer_fingerprint
+from eval_rm import all_reduce_sum, evaluate, save, subsets_of, write_report
+from length_head import LengthDebiasedRewardModel
+from model import ModelConfig
+from reward import LOSSES, LMRegularizedRewardModel, RewardModel, accuracy, pairwise_loss
 
 # model shapes for --init scratch (a loaded checkpoint brings its own shape)
 MODELS = {
@@ -55,23 +60,6 @@ MODELS = {
     "small": dict(dim=288, n_layers=6, n_heads=6, n_kv_heads=6),  # llama2.c's stories15M shape
     "medium": dict(dim=512, n_layers=8, n_heads=8, n_kv_heads=8),
 }
-
-
-def opt(default, help, check=None):
-    """A TrainConfig field: its --help text, and check = (test, what the value must be) or None."""
-    return field(default=default, metadata={"help": help, "check": check})
-
-
-AT_LEAST_1 = (lambda v: v >= 1, ">= 1")
-NON_NEGATIVE = (lambda v: v >= 0, ">= 0")
-POSITIVE = (lambda v: v > 0, "> 0")
-
-
-def one_of(*names):
-    return (lambda v: v in names, f"one of {', '.join(names)}")
-
-
-DEVICE = (lambda v: re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", v), "auto, cpu, cuda, cuda:N or mps")
 
 
 @dataclass
@@ -103,7 +91,7 @@ class TrainConfig:
     )
     grad_clip: float = opt(1.0, "clip the global gradient norm to this (0: off)", NON_NEGATIVE)
     seed: int = opt(1337, "seeds the initial weights and the data order")
-    device: str = opt("auto", "auto, cpu, cuda, cuda:1, mps", DEVICE)
+    device: str = opt("auto", "auto, cpu, cuda, cuda:1, mps (checked by cli.check_device)")
     dtype: str = opt(
         "auto",
         "auto (bf16 on CUDA, else fp32), float32 or bfloat16",
@@ -122,33 +110,14 @@ class TrainConfig:
     overwrite: bool = opt(False, "start afresh in an out_dir that holds a run (replaces its files)")
 
 
-def check_config(cfg):
-    """Each field's own check, then those across fields: a mistake is one line naming the option."""
-    for f in fields(cfg):
-        test, must = f.metadata["check"] or (None, None)
-        if test and not test(getattr(cfg, f.name)):
-            raise UsageError(f"--{f.name} must be {must}, got {getattr(cfg, f.name)!r}")
+def parse_args(argv=None) -> TrainConfig:
+    """The options (each checked by its field), then the checks across options."""
+    cfg = parse_config(TrainConfig, argv, description=__doc__.split("\n")[1])
     if cfg.min_lr > cfg.lr:
         raise UsageError(f"--min_lr {cfg.min_lr} is above --lr {cfg.lr}")
     if cfg.resume and cfg.overwrite:
         raise UsageError("--resume continues the run in --out_dir, --overwrite replaces it")
     return cfg
-
-
-def parse_args(argv=None) -> TrainConfig:
-    import argparse
-
-    p = ArgumentParser(
-        description=__doc__.split("\n")[1],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    for f in fields(TrainConfig):
-        if f.type in (bool, "bool"):  # --pack, --pack 1, --pack false; never --pack maybe
-            kind = dict(type=boolean, nargs="?", const=True)
-        else:
-            kind = dict(type=type(f.default))
-        p.add_argument(f"--{f.name}", **kind, default=f.default, help=f.metadata["help"])
-    return check_config(TrainConfig(**vars(p.parse_args(argv))))
 
 
 def get_lr(step, cfg):
@@ -213,58 +182,6 @@ class PairStep(nn.Module):
         )
 
 
-def all_reduce_sum(metrics, world, device):
-    """A dict of numbers summed over the ranks, in one all_reduce."""
-    if world == 1:
-        return metrics
-    t = torch.tensor(list(metrics.values()), dtype=torch.float64, device=device)
-    dist.all_reduce(t)
-    return dict(zip(metrics, t.tolist(), strict=True))
-
-
-@torch.no_grad()
-def evaluate(rm, data, pad_id, cfg, ctx=None, rank=0, world=1, return_rewards=False):
-    """(metrics, rewards) on the first cfg.eval_pairs pairs of data, split over the ranks:
-    metrics = {loss, acc, chosen, rejected, margin}, the pairwise loss cfg names, accuracy
-    (a tie is wrong), the mean rewards and their difference. rewards (n, 2): each pair's
-    (r_chosen, r_rejected) in the data's order, if return_rewards (else None). ctx: e.g. the
-    training's autocast."""
-    ctx, was_training = ctx or nullcontext(), rm.training
-    rm.eval()
-    n_pairs = min(len(data), cfg.eval_pairs)
-    idx = list(range(n_pairs))[rank::world]
-    device = rm.head.weight.device
-    sums = dict(loss=0.0, acc=0.0, chosen=0.0, rejected=0.0, n=0.0)  # totals over the pairs
-    kept = []
-    for i in range(0, len(idx), cfg.batch_size):
-        b = data.collate(idx[i : i + cfg.batch_size], pad_id).to(device)
-        with ctx:
-            r_c, r_r = rm.forward_pair(b.chosen, b.chosen_mask, b.rejected, b.rejected_mask)
-        r_c, r_r, n = r_c.float(), r_r.float(), len(r_c)
-        loss = pairwise_loss(cfg.loss, r_c, r_r, margin=cfg.margin, center_coef=cfg.center_coef)
-        sums["loss"] += loss.item() * n
-        sums["acc"] += (r_c > r_r).sum().item()  # a tie is wrong
-        sums["chosen"] += r_c.sum().item()
-        sums["rejected"] += r_r.sum().item()
-        sums["n"] += n
-        kept.append(torch.stack([r_c, r_r], 1).cpu())
-    sums = all_reduce_sum(sums, world, device)
-    rm.train(was_training)
-    n = sums.pop("n")
-    metrics = {k: v / n for k, v in sums.items()}
-    metrics["margin"] = metrics["chosen"] - metrics["rejected"]
-    if not return_rewards:
-        return metrics, None
-    rewards = torch.cat(kept) if kept else torch.zeros(0, 2)
-    if world > 1:  # rank r scored pairs r, r + world, ...: put them back in order
-        shards = [None] * world
-        dist.all_gather_object(shards, rewards)
-        rewards = torch.empty(n_pairs, 2)
-        for r, shard in enumerate(shards):
-            rewards[r::world] = shard
-    return metrics, rewards
-
-
 # ----------------------------------------------------------------------------- setup
 @dataclass
 class Processes:
@@ -290,15 +207,9 @@ class Processes:
 def setup_processes(cfg):
     ddp = "RANK" in os.environ
     rank, local_rank, world = 0, 0, 1
-    cuda = torch.cuda.is_available()
-    device = cfg.device if cfg.device != "auto" else ("cuda" if cuda else "cpu")
-    if device.startswith("cuda") and not cuda:
-        where = "this torch build" if torch.version.cuda is None else "this machine (no GPU seen)"
-        raise UsageError(f"CUDA is not available in {where}; use --device cpu")
-    if device.startswith("cuda:") and int(device[5:]) >= torch.cuda.device_count():
-        raise UsageError(f"--device {device}: there are {torch.cuda.device_count()} GPUs")
-    if device == "mps" and not torch.backends.mps.is_available():
-        raise UsageError("MPS is not available here; use --device cpu")
+    device = check_device(cfg.device)
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     if ddp:
         rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
         world = int(os.environ["WORLD_SIZE"])
@@ -318,26 +229,11 @@ def setup_processes(cfg):
     return Processes(ddp, rank, local_rank, world, device, dtype, ctx)
 
 
-def dataset_dir(name):
-    d = name if os.path.isdir(name) else os.path.join(HERE, "data", name)
-    if name == "arith" and not os.path.exists(os.path.join(d, "meta.json")):
-        from data.arith.prepare import main as prepare  # the built-in data makes itself
-
-        prepare([])
-    if not os.path.exists(os.path.join(d, "meta.json")):
-        script = os.path.join("data", name.split("/")[0], "prepare.py")
-        if not os.path.exists(os.path.join(HERE, script)):
-            script = "data/<dataset>/prepare.py"
-        raise UsageError(
-            f"no dataset in {d} (no meta.json): make it with python {script} --out_dir {d}"
-        )
-    return d
-
-
 def load_data(cfg, proc):
     """(meta.json's dict, train pairs, val pairs)."""
-    if proc.master:  # rank 0 alone may write the built-in data, if it is missing;
-        dataset_dir(cfg.dataset)
+    built_in = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "arith")
+    if proc.master and cfg.dataset == "arith" and not os.path.exists(f"{built_in}/meta.json"):
+        make_arith([])  # the built-in data makes itself; rank 0 alone writes it
     if proc.ddp:
         dist.barrier()  # the other ranks wait for it, then everyone reads the same files
     d = dataset_dir(cfg.dataset)
@@ -397,8 +293,6 @@ def check_tokenizer(cfg, meta):
     want = meta.get("tokenizer_fingerprint")
     if cfg.init == "scratch" or not want:
         return
-    from data.tokenizer import tokenizer_fingerprint
-
     tok = checkpoint_tokenizer(cfg.init, missing_ok=True)
     if tok is not None and tokenizer_fingerprint(tok) != want:
         raise UsageError(
@@ -465,32 +359,6 @@ def check_out_dir(cfg, proc):
         raise UsageError(problem)
 
 
-def resume(path, rm, optimizer, device, meta):
-    """Restore weights, optimizer and RNG from a checkpoint; returns its step."""
-    ckpt = load_torch(path, map_location=device)
-    if not isinstance(ckpt, dict) or not {"model", "optimizer", "rng", "step"} <= ckpt.keys():
-        raise UsageError(f"{path} is not a train_rm.py checkpoint: it cannot be resumed")
-    old = ckpt.get("data_meta", {})
-    for key in ("vocab_size", "tokenizer_fingerprint"):
-        if old.get(key) is not None and meta.get(key) is not None and old[key] != meta[key]:
-            raise UsageError(
-                f"{path} was trained with another vocabulary ({key} {old[key]}, the dataset's "
-                f"is {meta[key]}): resume with its --dataset, or start afresh with --overwrite"
-            )
-    try:
-        rm.load_state_dict(ckpt["model"])
-    except RuntimeError:  # another --model, --init or --lm_coef than the run it continues
-        raise UsageError(
-            f"{path} does not fit this model: resume with the options it was trained with "
-            "(its train_config)"
-        ) from None
-    optimizer.load_state_dict(ckpt["optimizer"])
-    torch.set_rng_state(ckpt["rng"].cpu())
-    if "cuda_rng" in ckpt and device.startswith("cuda"):
-        torch.cuda.set_rng_state_all([s.cpu() for s in ckpt["cuda_rng"]])
-    return ckpt["step"]
-
-
 def start_log(path, keep_until=None):
     """Keep the log rows of the steps a resumed checkpoint holds (up to keep_until); a new
     run (keep_until None) starts an empty log."""
@@ -517,47 +385,34 @@ def matmul_weights(rm):
     )
 
 
-@lru_cache(maxsize=1)
-def carried_tokenizer(path, fingerprint):
-    """The dataset's tokenizer as files for the checkpoint (reward.tokenizer_files), read once,
-    so that a moved run folder or a deleted dataset does not stop the checkpoint from scoring
-    text. None, with a note, if the file is gone; an error if it is no longer the vocabulary
-    the data was tokenized with."""
-    from data.tokenizer import load_tokenizer, tokenizer_fingerprint
-    from reward import tokenizer_files
+class Speedometer:
+    """Tokens per second since the last report, and the time left."""
 
-    if not os.path.exists(path):
-        print(f"note: {path} is gone; the checkpoint records only the tokenizer's path")
-        return None
-    tok = load_tokenizer(path)
-    if fingerprint and tokenizer_fingerprint(tok) != fingerprint:
-        raise ValueError(f"{path} is no longer the vocabulary the data was tokenized with")
-    return tokenizer_files(tok)
+    def __init__(self):
+        self.t0 = self.start = time.time()
+        self.tokens = self.computed = 0
 
+    def add(self, tokens, computed):
+        self.tokens, self.computed = self.tokens + tokens, self.computed + computed
 
-def save_checkpoint(path, rm, optimizer, step, cfg, meta):
-    ckpt = rm.checkpoint_dict()  # kind, config, model: what reward.load_reward_model reads
-    ckpt.update(optimizer=optimizer.state_dict(), step=step, train_config=asdict(cfg))
-    # the tokenizer's path, and the whole meta.json: later code reads the vocabulary from it
-    ckpt.update(rng=torch.get_rng_state(), tokenizer=meta["tokenizer"], data_meta=meta)
-    fingerprint = meta.get("tokenizer_fingerprint")  # the tokenizer itself, for scoring anywhere
-    ckpt["tokenizer_files"] = carried_tokenizer(meta["tokenizer"], fingerprint)
-    if torch.cuda.is_available():
-        ckpt["cuda_rng"] = torch.cuda.get_rng_state_all()
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:  # write aside, flush to disk, then rename over the old file:
-        torch.save(ckpt, f)  # a kill at any moment leaves the previous checkpoint intact
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    def report(self, rm, proc, steps_done, steps_left):
+        """(useful tokens/s, a line: tok/s, MFU on CUDA against an H100's bf16 peak, eta)."""
+        dt = time.time() - self.t0
+        tok_s, line = self.tokens / dt, f"{self.tokens / dt / 1e3:.1f}k tok/s"
+        if proc.cuda:  # per GPU; tokens computed (a packed prompt once)
+            line += f" | mfu {rm.backbone.estimate_mfu(matmul_weights(rm), self.computed / dt / proc.world):.1%}"
+        line += f" | eta {(time.time() - self.start) / steps_done * steps_left:.0f}s"
+        self.t0, self.tokens, self.computed = time.time(), 0, 0
+        return tok_s, line
+
+    def total(self):
+        return time.time() - self.start
 
 
 def plot(out_dir):
-    """curves.png: loss and accuracy over the steps (eval_rm.write_report draws the rest)."""
-    # matplotlib's object API: no pyplot and no backend switch, so a notebook that calls
-    # main() keeps showing its own figures
-    from matplotlib.figure import Figure
-
+    """curves.png: loss and accuracy over the steps (eval_rm.write_report draws the rest).
+    matplotlib's object API: no pyplot and no backend switch, so a notebook that calls main()
+    keeps showing its own figures."""
     with open(os.path.join(out_dir, "log.jsonl")) as f:
         rows = [json.loads(line) for line in f]
     fig = Figure(figsize=(10, 3.5))
@@ -567,8 +422,7 @@ def plot(out_dir):
             if pts:
                 ax.plot(*zip(*pts, strict=True), style, label=split, alpha=0.8)
         ax.set_xlabel("step"), ax.set_title(key), ax.legend(), ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out_dir, "curves.png"), dpi=100)
+    save(fig, out_dir, "curves.png")
 
 
 # ----------------------------------------------------------------------------- training
@@ -595,27 +449,30 @@ def main(argv=None):
     if proc.ddp:
         trainer = DDP(trainer, device_ids=[proc.local_rank] if proc.cuda else None)
     log = lambda row: proc.master and append_row(log_path, row)
-    eval_args = (val, meta["pad_id"], cfg, proc.ctx, proc.rank, proc.world)
-
-    t0, tokens_seen, computed_seen, t_start, start_step = time.time(), 0, 0, time.time(), step
-    ev = rewards = None
+    # once in a while: evaluate on the held-out pairs (all ranks take part)
+    scoring = dict(loss=cfg.loss, margin=cfg.margin, center_coef=cfg.center_coef, ctx=proc.ctx)
+    scoring.update(n_pairs=cfg.eval_pairs, rank=proc.rank, world=proc.world)
+    held_out = lambda last: evaluate(
+        rm, val, meta["pad_id"], cfg.batch_size, **scoring, return_rewards=last
+    )
+    speed, start_step, ev, rewards = Speedometer(), step, None, None
     while True:
         if step % cfg.eval_interval == 0 or step == cfg.max_iters:
             # skipped: a resumed step (evaluated before its save) and, if asked, step 0
             if not (cfg.resume and step == start_step) and (step or cfg.eval_first):
-                # the last evaluation keeps its per-pair rewards for the histogram
-                ev, rewards = evaluate(rm, *eval_args, return_rewards=step == cfg.max_iters)
+                ev, rewards = held_out(step == cfg.max_iters)  # the last keeps its rewards
                 log(dict(step=step, split="eval", **ev))
                 say(f"step {step}: eval loss {ev['loss']:.4f} acc {ev['acc']:.4f}", end="")
                 say(f" margin {ev['margin']:.3f}")
                 if proc.master and step > start_step:
-                    save_checkpoint(ckpt_path, rm, optimizer, step, cfg, meta)
+                    save_checkpoint(ckpt_path, rm, meta, optimizer, step, cfg)
         if step == cfg.max_iters:
             break
         lr = get_lr(step, cfg)
         for g in optimizer.param_groups:
             g["lr"] = lr
-        # tokens computed is for MFU: with --pack each prompt is computed once, not twice
+        # forward backward update, with gradient accumulation to simulate a larger batch.
+        # tokens_computed is for MFU: with --pack each prompt is computed once, not twice
         metrics = dict(objective=0.0, loss=0.0, acc=0.0, tokens=0, tokens_computed=0)
         for micro in range(cfg.grad_accum):
             idx = batch_indices(step, micro, proc.rank, proc.world, cfg, train)
@@ -635,7 +492,7 @@ def main(argv=None):
             metrics["tokens"] += b.n_tokens
             metrics["tokens_computed"] += b.n_packed if cfg.pack else b.n_tokens
         metrics = all_reduce_sum(metrics, proc.world, proc.device)  # one call for all of them
-        objective, tr_loss, tr_acc = (metrics[k] / proc.world for k in ("objective", "loss", "acc"))
+        objective = metrics["objective"] / proc.world
         if not math.isfinite(objective):
             kept = f"the last good checkpoint stays at {ckpt_path}"
             kept = kept if os.path.exists(ckpt_path) else "no checkpoint was written yet"
@@ -646,38 +503,26 @@ def main(argv=None):
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         step += 1
-        tokens_seen += metrics["tokens"]
-        computed_seen += metrics["tokens_computed"]
+        speed.add(metrics["tokens"], metrics["tokens_computed"])
         if step % cfg.log_interval == 0 or step == cfg.max_iters:
-            dt = time.time() - t0
-            tok_s = tokens_seen / dt
-            mfu = ""  # useful tokens only, per GPU, against an H100's bf16 peak
-            if proc.cuda:
-                per_gpu = computed_seen / dt / proc.world
-                mfu = f" | mfu {rm.backbone.estimate_mfu(matmul_weights(rm), per_gpu):.1%}"
-            eta = (time.time() - t_start) / (step - start_step) * (cfg.max_iters - step)
-            row = dict(step=step, split="train", loss=tr_loss, acc=tr_acc, objective=objective)
-            log(dict(row, lr=lr, grad_norm=grad_norm, tok_per_s=tok_s))
-            line = f"step {step}/{cfg.max_iters} | loss {tr_loss:.4f} | acc {tr_acc:.3f} | "
-            line += f"objective {objective:.4f} | lr {lr:.2e} | {tok_s / 1e3:.1f}k tok/s"
-            say(f"{line}{mfu} | eta {eta:.0f}s")
-            t0, tokens_seen, computed_seen = time.time(), 0, 0
+            row = dict(step=step, split="train", objective=objective, lr=lr, grad_norm=grad_norm)
+            row.update(loss=metrics["loss"] / proc.world, acc=metrics["acc"] / proc.world)
+            row["tok_per_s"], line = speed.report(rm, proc, step - start_step, cfg.max_iters - step)
+            log(row)
+            say(
+                f"step {step}/{cfg.max_iters} | loss {row['loss']:.4f} | acc {row['acc']:.3f} | "
+                f"objective {objective:.4f} | lr {lr:.2e} | {line}"
+            )
 
     if rewards is None:  # resumed at the end: the checkpoint's evaluation was not kept
-        ev, rewards = evaluate(rm, *eval_args, return_rewards=True)
-    if proc.master:
+        ev, rewards = held_out(True)
+    if proc.master:  # curves.png, and eval_rm's report: eval.json and the reward plots
         plot(cfg.out_dir)
-        # eval.json and the reward plots come from eval_rm, the one code path for both scripts
-        # (imported here, not at the top: eval_rm imports train_rm's evaluate)
-        from eval_rm import subsets_of, write_report
-
-        name = os.path.basename(os.path.normpath(cfg.dataset))  # a dataset without subsets
-        write_report(cfg.out_dir, subsets_of(val, meta, rewards, name))
-        baseline = meta.get("length_baseline_val", float("nan"))
+        write_report(cfg.out_dir, subsets_of(val, meta, rewards, os.path.basename(cfg.dataset)))
         print(
-            f"done in {time.time() - t_start:.0f}s: held-out accuracy {ev['acc']:.4f}; "
-            f"'longer response wins' baseline {baseline:.3f}; wrote {ckpt_path}, {log_path}, "
-            "curves.png, eval.json, reward_hist.png, reward_length.png, reliability.png"
+            f"done in {speed.total():.0f}s: held-out accuracy {ev['acc']:.4f}; 'longer response"
+            f" wins' {meta.get('length_baseline_val', float('nan')):.3f}; wrote {ckpt_path}, "
+            f"{log_path}, curves.png, eval.json and the reward plots"
         )
     if proc.ddp:
         dist.barrier()

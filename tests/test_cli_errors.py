@@ -111,7 +111,7 @@ def test_booleans_read_as_written():
 def test_cuda_on_a_cpu_machine(capsys, tmp_path):
     where = "this torch build" if torch.version.cuda is None else "this machine (no GPU seen)"
     msg = refused_in_process(capsys, train_rm.main, ["--out_dir", tmp_path, "--device", "cuda"])
-    assert msg.endswith(f"error: CUDA is not available in {where}; use --device cpu")
+    assert msg.endswith(f"error: --device cuda: CUDA is not available in {where}; use --device cpu")
 
 
 def test_second_run_into_the_same_out_dir_is_refused_and_nothing_lost(first_run):
@@ -203,15 +203,25 @@ def test_train_layers_beyond_the_model(capsys, tmp_path):
     refused_in_process(capsys, train_rm.main, argv, "--train_layers 5: the model has 4 layers")
 
 
-def test_reward_cli_errors(first_run, tmp_path):
+def test_reward_and_eval_cli_errors(first_run, tmp_path):
     p = cli("reward.py", "--ckpt", tmp_path / "none.pt", "--response", "hi")
     refused(p, f"{tmp_path / 'none.pt'} not found")
     rows = tmp_path / "pairs.jsonl"
     rows.write_bytes(b'{"prompt": "1 + 1", "chosen": " 2", "rejected": " 3"}\n{"prompt": 1}\n')
     p = cli("reward.py", "--ckpt", first_run / "ckpt.pt", "--pairs", rows)
-    refused(p, f"{rows}:2: non-string value: 'prompt' is int")
-    p = cli("reward.py", "--ckpt", first_run / "ckpt.pt", "--pairs", rows, "--batch_size", 0)
+    refused(p, "accuracy on pairs is eval_rm.py's: python eval_rm.py --ckpt")
+    ev = ["eval_rm.py", "--ckpt", first_run / "ckpt.pt", "--out", tmp_path / "ev", "--data"]
+    p = cli(*ev, rows)  # evaluation skips a bad row, and says which
+    assert p.returncode == 0 and f"skipping {rows}:2: missing key: 'chosen'" in p.stdout
+    p = cli(*ev, rows, "--batch_size", 0)
     refused(p, "--batch_size must be >= 1, got 0")
+    data = (first_run / "ckpt.pt").read_bytes()
+    (tmp_path / "cut.pt").write_bytes(data[: len(data) // 3])
+    p = cli("eval_rm.py", "--ckpt", tmp_path / "cut.pt", "--out", tmp_path / "ev", "--data", rows)
+    refused(p, f"{tmp_path / 'cut.pt'} is corrupt (truncated")
+    if not torch.cuda.is_available():
+        p = cli(*ev, rows, "--device", "cuda")
+        refused(p, "CUDA is not available", "--device cpu")
 
 
 @pytest.mark.parametrize(

@@ -174,9 +174,11 @@ def test_cli_export_from_a_checkpoint_that_carries_its_tokenizer(sp_tok, tmp_pat
         tokenizer_fingerprint=tokenizer_fingerprint(tok),
         chat_format="plain",
     )
-    ckpt = dict(model.checkpoint_dict(), data_meta=meta, tokenizer_files=tokenizer_files(tok))
     path = tmp_path / "ckpt.pt"
-    torch.save(ckpt, path)
+    model.save(path)  # kind, config and weights; then what train_rm adds beside them
+    ckpt = dict(torch.load(path, weights_only=True), data_meta=meta)
+    torch.save(dict(ckpt, tokenizer_files=tokenizer_files(tok)), path)
+    ckpt = torch.load(path, weights_only=True)
     assert tokenizer_fingerprint(checkpoint_tokenizer(str(path))) == meta["tokenizer_fingerprint"]
     reward.main(["--ckpt", str(path), "--export_hf", str(tmp_path / "hf")])
     config = json.loads((tmp_path / "hf" / "config.json").read_text())

@@ -20,11 +20,12 @@ from data.pairs import (
     bucketed_order,
     encode_pair,
     pack_pairs,
+    packed_attention_mask,
     read_pairs,
     write_pairs,
 )
 from model import ModelConfig, Transformer, apply_rope
-from reward import RewardModel, packed_attention_mask, pairwise_loss, score_last_token
+from reward import RewardModel, pairwise_loss, score_last_token
 
 V, PAD = 97, 0
 

@@ -9,13 +9,9 @@ import torch
 from conftest import pad, shared_path, tiny_config
 
 import train_rm
-from reward import (
-    LengthDebiasedRewardModel,
-    RewardModel,
-    checkpoint_tokenizer,
-    load_reward_model,
-    pearson,
-)
+from ckpt import checkpoint_tokenizer
+from length_head import LengthDebiasedRewardModel
+from reward import RewardModel, load_reward_model, pearson
 
 GOOD, BAD, EOS = 3, 4, 2  # the one token that decides quality, and the end of each response
 
@@ -102,10 +98,15 @@ def test_checkpoint_round_trip_keeps_both_heads(tmp_path):
     with torch.no_grad():
         model.length_head.weight.normal_()
     model.save(tmp_path / "rm.pt")
-    back = load_reward_model(tmp_path / "rm.pt")
+    back = LengthDebiasedRewardModel.load(tmp_path / "rm.pt")  # both heads, e.g. to train on
     assert type(back) is LengthDebiasedRewardModel
     assert torch.equal(back.length_head.weight, model.length_head.weight)
     assert torch.equal(back.head.weight, model.head.weight)
+    scorer = load_reward_model(tmp_path / "rm.pt")  # scoring reads the quality head alone
+    assert type(scorer) is RewardModel and torch.equal(scorer.head.weight, model.head.weight)
+    x = torch.randint(1, 61, (2, 7))
+    with torch.no_grad():
+        assert torch.equal(scorer(x), back(x))
 
 
 @pytest.fixture(scope="module")

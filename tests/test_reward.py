@@ -356,9 +356,9 @@ def test_save_load_roundtrip(tmp_path, cls):
     tokens, mask = pad([[1, 4, 9, 16, 25, 36], [1, 8, 27]], "left")
     ref = model(tokens, mask)
     # as save() wrote it, nested in a training checkpoint, and beside training keys
-    opt = torch.optim.AdamW(model.parameters())
-    torch.save({"model": model.checkpoint_dict(), "optimizer": opt.state_dict()}, tmp_path / "n.pt")
-    torch.save({**model.checkpoint_dict(), "tokenizer": "tok.bin", "step": 3}, tmp_path / "t.pt")
+    opt, written = torch.optim.AdamW(model.parameters()), dict(saved)
+    torch.save({"model": written, "optimizer": opt.state_dict()}, tmp_path / "n.pt")  # older
+    torch.save({**written, "tokenizer": "tok.bin", "step": 3}, tmp_path / "t.pt")
     for p in (path, tmp_path / "n.pt", tmp_path / "t.pt"):
         for loaded in (cls.load(p), load_reward_model(p)):
             assert type(loaded) is cls and not loaded.training
@@ -368,7 +368,7 @@ def test_save_load_roundtrip(tmp_path, cls):
     with pytest.raises(ValueError, match=f"holds a {cls.__name__}, not a {other.__name__}"):
         other.load(path)
     torch.save({"step": 1}, tmp_path / "bad.pt")
-    with pytest.raises(ValueError, match="not a reward checkpoint"):
+    with pytest.raises(ValueError, match="not a nanoRM checkpoint"):
         load_reward_model(tmp_path / "bad.pt")
 
 
@@ -404,7 +404,8 @@ def test_command_line(tmp_path, capsys):
     with torch.no_grad():
         model.head.weight.normal_(std=0.1)
     ckpt = tmp_path / "rm.pt"
-    torch.save({**model.checkpoint_dict(), "tokenizer": str(tok_path)}, ckpt)
+    model.save(ckpt)
+    torch.save({**torch.load(ckpt, weights_only=True), "tokenizer": str(tok_path)}, ckpt)
     tok = load_tokenizer(tok_path)
 
     main(["--ckpt", str(ckpt), "--prompt", "Once upon a time", "--response", "there was a cat."])
@@ -413,20 +414,7 @@ def test_command_line(tmp_path, capsys):
     with torch.no_grad():
         assert abs(printed - model(torch.tensor([ids])).item()) < 1e-5
 
-    rows = [
-        {"prompt": "Lily saw a dog.", "chosen": "She smiled.", "rejected": "The sky fell."},
-        {"prompt": "Tom was sad.", "chosen": "His mom hugged him.", "rejected": "Blue."},
-        {"prompt": "", "chosen": "The sun was warm.", "rejected": "sun sun sun"},
-    ]
-    (tmp_path / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    main(["--ckpt", str(ckpt), "--pairs", str(tmp_path / "pairs.jsonl"), "--batch_size", "2"])
-    printed = float(capsys.readouterr().out.split("accuracy")[1].split()[0])
-    wins = 0
-    with torch.no_grad():
-        for r in rows:
-            prompt = tok.encode(r["prompt"], bos=True) if r["prompt"] else [tok.bos_id]
-            c, rj = (
-                torch.tensor([prompt + tok.encode(r[k], eos=True)]) for k in ("chosen", "rejected")
-            )
-            wins += model(c).item() > model(rj).item()
-    assert printed == pytest.approx(wins / 3, abs=1e-4)
+    # accuracy on a pairs file is eval_rm.py's alone: reward.py says where it went
+    with pytest.raises(SystemExit):
+        main(["--ckpt", str(ckpt), "--pairs", str(tmp_path / "pairs.jsonl")])
+    assert "python eval_rm.py --ckpt" in capsys.readouterr().err

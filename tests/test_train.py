@@ -1,5 +1,6 @@
 """train_rm.py: accumulation, DDP, exact resume, kill safety, NaN stop, and that it learns."""
 
+import dataclasses
 import json
 import math
 import os
@@ -14,6 +15,8 @@ from conftest import ROOT, tiny_model
 
 import train_rm
 from data.arith.prepare import main as prepare_arith
+from data.pairs import PairDataset
+from reward import load_reward_model
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +52,7 @@ def test_help_lists_every_option(capsys):
     with pytest.raises(SystemExit):
         train_rm.parse_args(["--help"])
     text = capsys.readouterr().out
-    for f in train_rm.fields(train_rm.TrainConfig):
+    for f in dataclasses.fields(train_rm.TrainConfig):
         assert f"--{f.name}" in text
 
 
@@ -120,8 +123,8 @@ def test_resume_is_bitwise_exact(arith, tmp_path, monkeypatch):
     run(arith, tmp_path / "full", *common)
     save = train_rm.save_checkpoint
 
-    def save_then_stop(path, rm, optimizer, step, *a):
-        save(path, rm, optimizer, step, *a)
+    def save_then_stop(path, rm, meta, optimizer, step, *a):
+        save(path, rm, meta, optimizer, step, *a)
         if step == 4:
             raise KeyboardInterrupt  # the run is stopped right after its step-4 checkpoint
 
@@ -224,12 +227,10 @@ def test_evaluate_once_per_eval_and_rewards_in_pair_order(arith, tmp_path, monke
     assert ckpt["data_meta"] == json.load(open(os.path.join(arith, "meta.json")))
     assert ckpt["tokenizer"] == ckpt["data_meta"]["tokenizer"] and "data_position" not in ckpt
 
-    from data.pairs import PairDataset
-    from reward import load_reward_model
-
     rm, val = load_reward_model(tmp_path / "ckpt.pt"), PairDataset(os.path.join(arith, "val.npz"))
     cfg = train_rm.TrainConfig(**ckpt["train_config"])
-    metrics, rewards = real(rm, val, ckpt["data_meta"]["pad_id"], cfg, return_rewards=True)
+    pad_id = ckpt["data_meta"]["pad_id"]
+    metrics, rewards = real(rm, val, pad_id, cfg.batch_size, cfg.eval_pairs, return_rewards=True)
     assert metrics == pytest.approx(res) and rewards.shape == (64, 2)
     assert metrics["acc"] == pytest.approx((rewards[:, 0] > rewards[:, 1]).float().mean().item())
     b = val.collate([5, 6, 7], ckpt["data_meta"]["pad_id"])

@@ -1,0 +1,190 @@
+"""
+The one home of nanoRM's own checkpoint, ckpt.pt: what it holds, writing it atomically, reading
+it back for --resume, for scoring and for export, and the tokenizer it carries. Every script goes
+through here; foreign formats (llama2.c, Meta, Hugging Face, GGUF) are checkpoints.py's.
+
+    save_checkpoint(path, rm, meta=meta, optimizer=opt, step=step, train_config=cfg)
+    ckpt = load_checkpoint(path)         # the dict below, checked: a bad file is one line
+    step = resume(path, rm, optimizer, device, meta)
+    tok = checkpoint_tokenizer(path)     # a ckpt.pt's carried tokenizer, a .gguf's, an HF dir's
+
+What ckpt.pt holds: one dict, torch.save'd, read with weights_only=True (tensors and plain data):
+    kind, config, model   the class name (reward.py's KINDS), ModelConfig as a dict, state dict
+    tokenizer_files       {file name: uint8 tensor}: the tokenizer itself, so a moved run folder
+                          or a deleted dataset never stops a checkpoint from scoring text
+    data_meta, tokenizer  the dataset's meta.json (vocabulary, chat layout, subsets) and the
+                          tokenizer's path when it was trained
+    train_config          train_rm.py's options
+    optimizer, step, rng, cuda_rng   what --resume needs to continue exactly
+"""
+
+import os
+import tempfile
+from dataclasses import asdict
+from functools import lru_cache
+
+import torch
+
+from cli import UsageError, atomic_write, is_torch_file, load_torch
+from data.bpe import BPETokenizer
+from data.tokenizer import (
+    Llama2cTokenizer,
+    SentencePieceTokenizer,
+    load_tokenizer,
+    tokenizer_fingerprint,
+)
+from export_hf import bpe_tokenizer_files
+from gguf_reader import read_gguf_metadata
+
+MODEL_KEYS = {"kind", "config", "model"}
+
+
+# ----------------------------------------------------------------------------- writing
+def save_checkpoint(path, rm, meta=None, optimizer=None, step=None, train_config=None):
+    """Write rm (and what resuming needs, when given) to path, atomically: written aside,
+    flushed to disk, then renamed, so a kill at any moment leaves the previous file whole."""
+    ckpt = {"kind": type(rm).__name__, "config": asdict(rm.backbone.config)}
+    ckpt["model"] = rm.state_dict()
+    if meta is not None:  # the vocabulary, chat layout and subsets the model was trained on
+        ckpt.update(tokenizer=meta["tokenizer"], data_meta=meta)
+        ckpt["tokenizer_files"] = carried_tokenizer(
+            meta["tokenizer"], meta.get("tokenizer_fingerprint")
+        )
+    if train_config is not None:
+        ckpt["train_config"] = asdict(train_config)
+    if optimizer is not None:
+        ckpt.update(optimizer=optimizer.state_dict(), step=step, rng=torch.get_rng_state())
+        if torch.cuda.is_available():
+            ckpt["cuda_rng"] = torch.cuda.get_rng_state_all()
+    with atomic_write(path) as f:
+        torch.save(ckpt, f)
+
+
+@lru_cache(maxsize=1)
+def carried_tokenizer(path, fingerprint):
+    """The dataset's tokenizer as files, read once per run. None, with a note, if the file is
+    gone; an error if it is no longer the vocabulary the data was tokenized with."""
+    if not os.path.exists(path):
+        print(f"note: {path} is gone; the checkpoint records only the tokenizer's path")
+        return None
+    tok = load_tokenizer(path)
+    if fingerprint and tokenizer_fingerprint(tok) != fingerprint:
+        raise ValueError(f"{path} is no longer the vocabulary the data was tokenized with")
+    return tokenizer_files(tok)
+
+
+def tokenizer_files(tok):
+    """{file name: uint8 tensor of its bytes}, the tokenizer as a checkpoint carries it.
+    SentencePiece: its model proto; llama2.c: its .bin; byte-level BPE (from a .gguf or
+    tokenizer.json): an HF tokenizer.json and tokenizer_config.json."""
+    if isinstance(tok, BPETokenizer):
+        files = bpe_tokenizer_files(tok)
+    elif isinstance(tok, SentencePieceTokenizer):
+        files = {"tokenizer.model": tok.sp.serialized_model_proto()}
+    elif isinstance(tok, Llama2cTokenizer):
+        files = {"tokenizer.bin": tok.path.read_bytes()}
+    else:
+        raise TypeError(f"cannot store a {type(tok).__name__} in a checkpoint")
+    return {k: torch.frombuffer(bytearray(v), dtype=torch.uint8) for k, v in files.items()}
+
+
+# ----------------------------------------------------------------------------- reading
+def is_ours(path):
+    """Whether path is a checkpoint this module wrote (a llama2.c .pt is a torch file too)."""
+    if not is_torch_file(path):
+        return False
+    try:
+        ckpt = load_torch(path, map_location="cpu", mmap=True)
+    except UsageError:
+        return True  # a damaged zip archive: load_checkpoint says how it is damaged
+    return isinstance(ckpt, dict) and (MODEL_KEYS <= ckpt.keys() or _nested(ckpt))
+
+
+def _nested(ckpt):  # checkpoints of an earlier round kept kind/config/model under "model"
+    return isinstance(ckpt.get("model"), dict) and MODEL_KEYS <= ckpt["model"].keys()
+
+
+def load_checkpoint(path, map_location="cpu"):
+    """The checkpoint's dict, with kind/config/model at its top level. A missing, truncated or
+    corrupt file, or a torch file that is not ours, is one UsageError naming the file."""
+    ckpt = load_torch(path, map_location=map_location, mmap=True)  # missing, corrupt: one line
+    if isinstance(ckpt, dict) and _nested(ckpt):
+        ckpt = {**ckpt, **ckpt["model"]}
+    if not isinstance(ckpt, dict) or not MODEL_KEYS <= ckpt.keys():
+        found = sorted(ckpt) if isinstance(ckpt, dict) else type(ckpt).__name__
+        raise UsageError(
+            f"{path} is not a nanoRM checkpoint (it needs kind/config/model, has {found}): "
+            "give a ckpt.pt that train_rm.py wrote, or a backbone (.bin, .gguf, HF dir)"
+        )
+    return ckpt
+
+
+def resume(path, rm, optimizer, device, meta):
+    """Restore weights, optimizer and RNG from a checkpoint; returns its step."""
+    ckpt = load_checkpoint(path, map_location=device)
+    if not {"optimizer", "rng", "step"} <= ckpt.keys():
+        raise UsageError(f"{path} holds no optimizer state: it cannot be resumed")
+    old = ckpt.get("data_meta") or {}
+    for key in ("vocab_size", "tokenizer_fingerprint"):
+        if old.get(key) is not None and meta.get(key) is not None and old[key] != meta[key]:
+            raise UsageError(
+                f"{path} was trained with another vocabulary ({key} {old[key]}, the dataset's "
+                f"is {meta[key]}): resume with its --dataset, or start afresh with --overwrite"
+            )
+    try:
+        rm.load_state_dict(ckpt["model"])
+    except RuntimeError:  # another --model, --init or --lm_coef than the run it continues
+        raise UsageError(
+            f"{path} does not fit this model: resume with the options it was trained with "
+            "(its train_config)"
+        ) from None
+    optimizer.load_state_dict(ckpt["optimizer"])
+    torch.set_rng_state(ckpt["rng"].cpu())
+    if "cuda_rng" in ckpt and device.startswith("cuda"):
+        torch.cuda.set_rng_state_all([s.cpu() for s in ckpt["cuda_rng"]])
+    return ckpt["step"]
+
+
+# ----------------------------------------------------------------------------- the tokenizer
+def checkpoint_tokenizer(source, missing_ok=False):
+    """The tokenizer of a checkpoint: our ckpt.pt (its path or its dict), a .gguf (its metadata
+    holds one), or a Hugging Face / Meta directory with tokenizer.model or tokenizer.json. A
+    llama2.c checkpoint carries none. Our checkpoint's tokenizer is checked against the
+    fingerprint its dataset recorded. None found: a UsageError, or None if missing_ok."""
+    name = "the checkpoint" if isinstance(source, dict) else str(source)
+    if isinstance(source, dict) or is_ours(name):
+        return _carried(source if isinstance(source, dict) else load_checkpoint(name), name)
+    found = []
+    if os.path.isdir(name):
+        found = [os.path.join(name, f) for f in ("tokenizer.model", "tokenizer.json")]
+        found = [f for f in found if os.path.isfile(f)]
+    elif name.endswith(".gguf") and "tokenizer.ggml.tokens" in read_gguf_metadata(name):
+        found = [name]  # (a GGUF may hold weights only)
+    if found:
+        return load_tokenizer(found[0])
+    if missing_ok:
+        return None
+    raise UsageError(
+        f"{name} carries no tokenizer (no tokenizer.model/.json inside): pass --tokenizer"
+    )
+
+
+def _carried(ckpt, name):
+    files, meta = ckpt.get("tokenizer_files"), ckpt.get("data_meta") or {}
+    if files:  # load_tokenizer reads files: lay them out in a scratch directory
+        with tempfile.TemporaryDirectory() as d:
+            for fname, data in files.items():
+                with open(os.path.join(d, os.path.basename(fname)), "wb") as f:
+                    f.write(data.numpy().tobytes())
+            tok = load_tokenizer(d if "tokenizer.json" in files else os.path.join(d, *files))
+    elif isinstance(ckpt.get("tokenizer"), str) and os.path.exists(ckpt["tokenizer"]):
+        tok = load_tokenizer(ckpt["tokenizer"])  # older checkpoints hold only the path
+    else:
+        raise UsageError(
+            f"{name} records no tokenizer (not saved by train_rm.py, or before checkpoints "
+            f"carried one, and {ckpt.get('tokenizer')!r} is gone): pass --tokenizer"
+        )
+    want, got = meta.get("tokenizer_fingerprint"), tokenizer_fingerprint(tok)
+    if want and got != want:
+        raise UsageError(f"{name}: its tokenizer has fingerprint {got}, its data recorded {want}")
+    return tok

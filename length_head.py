@@ -1,0 +1,114 @@
+"""
+ODIN's length head (Chen et al. 2024, arXiv 2402.07319): a reward model that learns to keep
+response length out of its reward. Trained by `python train_rm.py --length_head` (see there);
+scored, evaluated and exported as a plain RewardModel (its quality head alone).
+
+    rm = LengthDebiasedRewardModel.from_backbone_checkpoint(path)
+    loss, stats = rm.loss(chosen, chosen_mask, rejected, rejected_mask, chosen_response_mask)
+    loss, stats = rm.loss_packed(tokens, segments, positions, chosen_end, rejected_end)
+
+Why a file of its own: the idea is one head and one loss on top of reward.py's RewardModel, and
+a first reading of reward modeling can skip it.
+"""
+
+import torch
+
+from data.pairs import packed_attention_mask, packed_block_mask
+from model import Transformer
+from reward import (
+    RewardModel,
+    accuracy,
+    apply_head,
+    last_real_index,
+    new_head,
+    pad_and_concat,
+    pairwise_loss,
+    pearson,
+)
+
+
+class LengthDebiasedRewardModel(RewardModel):
+    """ODIN (Chen et al. 2024, arXiv 2402.07319): a second head, `length_head`, on the same
+    last-token state, made to absorb what response length explains. Training sees their sum:
+
+        loss = pairwise_loss(q_c + l_c, q_r + l_r)
+               + length_coef * (|rho(q, L)| - rho(l, L) + |w_q . w_l|)
+
+    q = head(h), l = length_head(h), L the response lengths in tokens, rho the Pearson
+    correlation over the 2B responses of the batch. The length head is pulled towards length,
+    the quality head away from it (either sign), and the two weight vectors apart. Scoring
+    (forward, forward_pair, evaluation, export) is RewardModel's: the quality head alone, so a
+    longer response is no longer paid for being longer. ODIN weighs the correlation and the
+    orthogonality terms separately; one coefficient here. Pearson over a batch is a noisy
+    estimate: batches of a few pairs decorrelate little."""
+
+    def __init__(self, backbone: Transformer):
+        super().__init__(backbone)
+        device = backbone.tok_embeddings.weight.device
+        self.length_head = new_head(backbone.config.dim, bias=False).to(device)
+
+    def loss(
+        self,
+        chosen,
+        chosen_mask,
+        rejected,
+        rejected_mask,
+        chosen_response_mask,
+        kind="logsig",
+        margin=None,
+        center_coef=0.0,
+        length_coef=1.0,
+    ):
+        """(total loss, stats) on the right-padded pair batch (data/pairs.py's Batch): prompts
+        are shared, so a rejected response's length is its row's length minus the prompt's."""
+        tokens, mask = pad_and_concat(chosen, chosen_mask, rejected, rejected_mask)  # (2B, T)
+        last = last_real_index(mask)
+        h = self.backbone.hidden_states(tokens, mask, at=last[:, None])[:, 0]  # (2B, dim)
+        n_chosen = chosen_response_mask.sum(1)  # (B,)
+        n_prompt = chosen_mask.sum(1) - n_chosen
+        lengths = torch.cat([n_chosen, rejected_mask.sum(1) - n_prompt])  # (2B,)
+        return self._odin(h, lengths, kind, margin, center_coef, length_coef)
+
+    def loss_packed(
+        self,
+        tokens,
+        segments,
+        positions,
+        chosen_end,
+        rejected_end,
+        kind="logsig",
+        margin=None,
+        center_coef=0.0,
+        length_coef=1.0,
+        flex=False,
+    ):
+        """loss() on rows [prompt | chosen | rejected] (data/pairs.py's PackedBatch): each
+        response's length is the count of its segment's tokens."""
+        mask = packed_block_mask(segments) if flex else packed_attention_mask(segments)
+        ends = torch.stack([chosen_end, rejected_end], 1)  # (B, 2)
+        h = self.backbone.hidden_states(
+            tokens, segments >= 0, positions=positions, attn_mask=mask, at=ends
+        )  # (B, 2, dim)
+        h = h.transpose(0, 1).flatten(0, 1)  # (B, 2, dim) -> (2B, dim): chosen rows, then rejected
+        lengths = torch.cat([(segments == 1).sum(1), (segments == 2).sum(1)])  # (2B,)
+        return self._odin(h, lengths, kind, margin, center_coef, length_coef)
+
+    def _odin(self, h, lengths, kind, margin, center_coef, length_coef):
+        """The loss above from the 2B last-token states (chosen first) and response lengths."""
+        B = h.size(0) // 2
+        q, l = apply_head(self.head, h), apply_head(self.length_head, h)  # (2B,) each
+        r = q + l
+        rm_loss = pairwise_loss(kind, r[:B], r[B:], margin=margin, center_coef=center_coef)
+        lengths = lengths.to(q.dtype)
+        rho_q, rho_l = pearson(q, lengths), pearson(l, lengths)
+        ortho = (self.head.weight * self.length_head.weight).sum().abs()
+        total = rm_loss + length_coef * (rho_q.abs() - rho_l + ortho)
+        stats = {  # r_chosen, r_rejected: the quality head's, what evaluation scores
+            "r_chosen": q[:B].detach(),
+            "r_rejected": q[B:].detach(),
+            "rm_loss": rm_loss.detach(),  # the pairwise loss of the sum q + l
+            "rho_quality": rho_q.detach(),
+            "rho_length": rho_l.detach(),
+            "accuracy": accuracy(q[:B], q[B:]).detach(),
+        }
+        return total, stats
