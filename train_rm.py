@@ -45,7 +45,7 @@ from cli import (
     parse_config,
     run,
 )
-from data.arith.prepare import main as make_arith
+from data.arith.prepare import built_in
 from data.pairs import PairDataset, bucketed_order, dataset_dir
 from data.tokenizer import tokenizer_fingerprint
 from eval_rm import all_reduce_sum, evaluate, save, subsets_of, write_report
@@ -231,9 +231,8 @@ def setup_processes(cfg):
 
 def load_data(cfg, proc):
     """(meta.json's dict, train pairs, val pairs)."""
-    built_in = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "arith")
-    if proc.master and cfg.dataset == "arith" and not os.path.exists(f"{built_in}/meta.json"):
-        make_arith([])  # the built-in data makes itself; rank 0 alone writes it
+    if proc.master and cfg.dataset == "arith":
+        built_in()  # the default data makes itself when missing; rank 0 alone writes it
     if proc.ddp:
         dist.barrier()  # the other ranks wait for it, then everyone reads the same files
     d = dataset_dir(cfg.dataset)

@@ -390,11 +390,6 @@ def length_heuristics(lengths):
     return LengthHeuristics((longer + ties / 2) / n, (n - longer - ties / 2) / n, ties)
 
 
-def length_baseline(pairs):
-    """Notebook 02's "longer wins" on text pairs, by characters: length_heuristics on them."""
-    return length_heuristics((len(p["chosen"]), len(p["rejected"])) for p in pairs).longer_wins
-
-
 # ----------------------------------------------------------------------------- datasets
 DATA = os.path.dirname(os.path.abspath(__file__))
 

@@ -14,6 +14,7 @@ from conftest import pad, shared_path, tiny_model
 
 import eval_rm
 import train_rm
+from data import sources
 from data.arith.prepare import main as prepare_arith
 from data.pairs import PairDataset, write_pairs
 from reward import RewardModel
@@ -79,7 +80,7 @@ def test_rewards_do_not_depend_on_batch_size_or_padding_side(tmp_path):
         p, c, r = (torch.randint(3, 61, (int(torch.randint(1, 12, ())),)).tolist() for _ in "pcr")
         items.append((p, c + [2], r + [2]))
     write_pairs(tmp_path / "v.npz", items, 61)
-    source = eval_rm.Source(PairDataset(tmp_path / "v.npz"), ["x"] * 13, pad_id=0)
+    source = sources.Source(PairDataset(tmp_path / "v.npz"), ["x"] * 13, pad_id=0)
     one = eval_rm.score(rm, source, batch_size=1)["x"].rewards
     seven = eval_rm.score(rm, source, batch_size=7)["x"].rewards
     assert (one - seven).abs().max().item() < 1e-5
@@ -231,7 +232,7 @@ def test_gsm8k_pairs_are_labelled_by_the_verifier(tmp_path):
             {"question": "Double 2?", "answer": "#### 4", "solutions": ["#### 4"]},  # no wrong one
         ],
     )
-    pairs, candidates, left_out = eval_rm.gsm8k_pairs(path)
+    pairs, candidates, left_out = sources.gsm8k_pairs(path)
     assert left_out == 1 and len(candidates) == 3
     assert len(pairs) == 3 + 3 + 2  # 1 right x 3 wrong, twice; 2 right x 1 wrong
     answers = ["7"] * 3 + ["1,125"] * 3 + ["5"] * 2
@@ -256,8 +257,8 @@ def test_gsm8k_view_on_the_shared_test_set(trained, tmp_path):
         "--ckpt", f"{out}/ckpt.pt", "--data", f"gsm8k:{src}", "--max_pairs", 6, "--out", tmp_path
     )
     g = res["subsets"]["gsm8k"]
-    assert g["n"] == 6 * len(eval_rm.GSM8K_WRONG) and g["n_prompts"] == 6
-    assert g["best_of_n_chance"] == pytest.approx(1 / (1 + len(eval_rm.GSM8K_WRONG)))
+    assert g["n"] == 6 * len(sources.GSM8K_WRONG) and g["n_prompts"] == 6
+    assert g["best_of_n_chance"] == pytest.approx(1 / (1 + len(sources.GSM8K_WRONG)))
 
 
 def test_hf_classifier_directory_scores_as_hf(arith, tmp_path):
@@ -283,7 +284,7 @@ def test_hf_classifier_directory_scores_as_hf(arith, tmp_path):
     rm, info = eval_rm.load_model(str(tmp_path / "hf"))
     assert info["head"] == "score"
     data = PairDataset(os.path.join(arith, "val.npz"))
-    source = eval_rm.Source(data, ["arith"] * 20, pad_id=0)
+    source = sources.Source(data, ["arith"] * 20, pad_id=0)
     ours = eval_rm.score(rm, source, 8)["arith"].rewards
     with torch.no_grad():
         for i in range(20):

@@ -12,7 +12,6 @@ from data.pairs import (
     BadRowError,
     PairDataset,
     encode_pair,
-    length_baseline,
     length_heuristics,
     read_pairs,
     split_conversation,
@@ -119,8 +118,6 @@ def test_length_heuristics_count_a_tie_half_and_say_how_many():
     assert length_heuristics(torch.tensor([[7, 1], [1, 7]])) == (0.5, 0.5, 0)  # eval_rm's (n, 2)
     empty = length_heuristics([])
     assert math.isnan(empty.longer_wins) and math.isnan(empty.shorter_wins) and empty.ties == 0
-    pairs = [{"chosen": "aaa", "rejected": "a"}, {"chosen": "ab", "rejected": "cd"}]
-    assert length_baseline(pairs) == 0.75  # notebook 02's text pairs, by characters
 
 
 GOOD = b'{"prompt": "p", "chosen": "a", "rejected": "b"}'

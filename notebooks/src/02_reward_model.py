@@ -24,7 +24,8 @@ import matplotlib.pyplot as plt
 import torch
 
 import train_rm
-from data.pairs import PairDataset, length_baseline, read_pairs
+from data.arith.prepare import built_in
+from data.pairs import PairDataset, length_heuristics, read_pairs
 from data.tokenizer import load_tokenizer
 from model import ModelConfig
 from reward import (
@@ -51,7 +52,7 @@ HH = os.path.join("..", "..", "shared", "data", "hh-rlhf")
 # length, a reward model can only learn this data by reading the numbers.
 
 # %%
-data_dir = train_rm.dataset_dir("arith")  # prepares data/arith/ the first time
+data_dir = built_in()  # prepares data/arith/ the first time
 meta = json.load(open(os.path.join(data_dir, "meta.json")))
 tok = load_tokenizer(meta["tokenizer"])
 val = PairDataset(os.path.join(data_dir, "val.npz"))
@@ -329,7 +330,7 @@ if helpful:
         ratio = torch.log2(lc / lr).clamp(-5, 5).numpy()
         a.hist(ratio, bins=50, color="tab:green" if name == "helpful-base" else "tab:orange")
         a.axvline(0, color="k", lw=1)
-        a.set(title=f"{name}: 'longer wins' {length_baseline(pairs):.2f}",
+        a.set(title=f"{name}: 'longer wins' {length_heuristics((len(p['chosen']), len(p['rejected'])) for p in pairs).longer_wins:.2f}",
               xlabel="log2(len(chosen) / len(rejected))")
     fig.tight_layout()
 

@@ -25,6 +25,7 @@ import matplotlib.pyplot as plt
 import torch
 
 import train_rm
+from data.arith.prepare import built_in
 from data.pairs import PairDataset
 from data.tokenizer import load_tokenizer
 from reward import accuracy, load_reward_model
@@ -259,7 +260,7 @@ model = load_reward_model(os.path.join(out_dir, "ckpt.pt"))
 # compute from the prompt (`What is 12 + 7?`); the reward model needs only the text.
 
 # %%
-data_dir = train_rm.dataset_dir("arith")
+data_dir = built_in()
 meta = json.load(open(os.path.join(data_dir, "meta.json")))
 tok = load_tokenizer(meta["tokenizer"])
 val = PairDataset(os.path.join(data_dir, "val.npz"))

@@ -30,6 +30,7 @@ from IPython.display import Image, display
 
 import eval_rm
 import train_rm
+from data import sources
 from data.hh_rlhf.prepare import main as prepare_hh
 from data.pairs import PairDataset, read_pairs
 
@@ -128,7 +129,7 @@ display(Image(os.path.join(out, "reliability.png")))
 # %%
 rm, info = eval_rm.load_model(f"{run}/ckpt.pt")
 val = PairDataset(f"{work}/helpful/val.npz")
-source = eval_rm.Source(val, ["helpful"] * len(val), pad_id=meta["pad_id"])
+source = sources.Source(val, ["helpful"] * len(val), pad_id=meta["pad_id"])
 s = eval_rm.score(rm, source, batch_size=16)["helpful"]
 win = s.rewards[:, 0] > s.rewards[:, 1]
 longer, shorter = s.lengths[:, 0] > s.lengths[:, 1], s.lengths[:, 0] < s.lengths[:, 1]
