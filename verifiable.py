@@ -10,16 +10,26 @@ than MAX_ANSWER_CHARS counts as no answer; exact.py bounds numbers and powers).
     python verifiable.py          # a tiny demo
 
 Extraction order of extract_answer(text), first hit wins:
-  1. the last <answer>...</answer> block; steps 2-5 then run inside it, else its whole text
+  1. the last <answer>...</answer> block (or a last <answer> left unclosed); steps 2-5 run
+     inside it
   2. the last \\boxed{} or \\fbox{}, with the boxes before it that only "and", "or", commas
      or spacing separate from it: "\\boxed{2} and \\boxed{5}" is the one answer "2, 5"
   3. GSM8K's "#### x"
-  4. "the answer is x" / "answer: x" to the end of its line or sentence, or the display below
-     it; of a sentence, what follows " is ": "Answer: The smallest $k$ is 41" -> "41"
-  5. a conclusion: the first math span after "hence / therefore / thus / so / we get" in the
-     last sentence: "Hence $y \\gt 2$." -> "y \\gt 2"
-There is no "last number in the text" fallback on purpose: it rewards responses that merely
-end on the right number, and the policy quickly learns to exploit that.
+  4. "the answer is x" / "answer: x" / a last line "A: x" (few-shot "Q: ... A: ...") / 答案是
+     x, to the end of its sentence or the display below it; of a sentence, what it states
+     (see 5): "Answer: 18 dollars, since ..." -> "18", "Answer: The smallest $k$ is 41" -> "41"
+  5. the last sentence: the first math span after "hence / therefore / thus / so / we get";
+     else the sentence itself if it is only math ("$3 + 4 = 7$", "-5"); else its last math
+     span after "is", "=" or "answer" ("The identity matrix is $...$."); else the number after
+     its last "is" or "=" when no number follows it ("... = 24 hours."); else, in a sentence
+     with a concluding word, its only number ("Thus he spent $58 in all.").
+Policies, each measured on the dev corpus (bench/CORPUS.md): step 5 past its first clause, and
+the "A:" line of step 4, raised agreement with no false positive. A "$" before a number is a
+price, not LaTeX, unless a math span closes it ("$28.00 and $30.00" is two prices). A question
+is never an answer, nor an instruction ("Evaluate $2+3i$."). What stays out: the last number of
+the whole text, or any of several: a list of candidates ("A: 2\\nA: 3\\nA: 4", "The answer is
+5.\\nThe answer is 6.", "\\boxed{3} or \\boxed{4}") earns nothing, so ending on many numbers is
+never paid.
 
 Matching (answers_match) is exact, not fuzzy. Both answers become a canonical string (LaTeX
 spacing, \\left/\\right, \\text{}, $, degrees and units removed), then an exact key (exact.key):
@@ -39,6 +49,9 @@ their brackets; equations compare up to a factor. Policies for grading what mode
   comma ("3,000.5m²"), so "5m" stays algebra. "%" is a unit: "50%" == "50" != "0.5" (GSM8K
   and MATH state the number of percent; 0.5 for 50 would accept factor-100 errors too).
 - A list never equals one of its elements: hedging ("\\boxed{3} or \\boxed{4}") earns nothing.
+- Bases and approximations: "4210_5" == "4210" (a base on one side only), != "4210_6";
+  "x = 1/3 \\approx 0.33" is 1/3 and "x \\approx 11" is 11. "14{,}916" and "1 000" are one
+  number, "1 2 3" a list; "{1,3}" is the set \\{1,3\\}.
 Text answers are case-sensitive; what the algebra leaves out is listed in exact.py.
 
 VerifiableRewardModel decodes input_ids[b, start:end] with end exclusive (Python slicing);
@@ -47,7 +60,7 @@ ColossalChat's reward functions decode input_ids[s : e + 1], i.e. treat the end 
 
 import re
 
-from exact import key, same_set, unlabel
+from exact import key, same_set, unlabel, wraps
 
 MAX_ANSWER_CHARS = 1000  # longer extracted answers count as no answer; answers_match -> False
 
@@ -112,43 +125,129 @@ def _between_last(text, open_tag, close_tag):
 
 
 def extract_answer_tag(text):
-    """The content of the last <answer>...</answer> block, or None."""
+    """The content of the last <answer>...</answer> block, or what follows a last <answer>
+    left unclosed (a response cut at its stop token), or None."""
+    opened = text.rfind("<answer>")
+    if opened > text.rfind("</answer>"):
+        return _capped(text[opened + 8 : opened + 8 + MAX_ANSWER_CHARS + 1])
     return _capped(_between_last(text, "<answer>", "</answer>"))
 
 
 # rfind on a few spellings rather than a regex: no lower() (which can change string lengths
 # on some Unicode text) and no scan over every match of a megabyte of "answer is answer is".
-_ANSWER_PHRASES = ("answer is", "Answer is", "ANSWER IS", "answer:", "Answer:", "ANSWER:")
+# "\nA:" is the last line of a "Q: ... A: ..." few-shot solution; 答案是 is "the answer is".
+_ANSWER_PHRASES = ("answer is", "Answer is", "ANSWER IS", "answer:", "Answer:", "ANSWER:",
+                   "\nA:", "答案是", "答案为", "答案：")  # fmt: skip
+
+
+_HEDGE = re.compile(r"^(?:[A-Z]:|(?:the )?answer is)? ?\$?([-0-9.,]+)\.?$", re.I)  # "A: 3"
 
 
 def extract_answer_is(text):
     """What follows the last "the answer is" / "answer:" (step 4 of the module docstring)."""
     best, phrase = max((text.rfind(p), p) for p in _ANSWER_PHRASES)
+    if best < 0 and text.startswith("A:"):
+        best, phrase = 0, "A:"
     if best < 0:
         return None
     rest = text[best + len(phrase) : best + len(phrase) + MAX_ANSWER_CHARS + 2]
     line, _, below = rest.partition("\n")
     if not line.strip(" :*$\\[]("):  # "answer is:\n$$ 7 $$": displayed below
         line = line + " " + below.split("\n\n", 1)[0].replace("\n", " ")
-    rest = line.split(". ", 1)[0].replace("**", "").strip().lstrip(":").strip()
+    rest = _SENTENCE_END.split(_uncurrency(line), 1)[0].replace("**", "").strip(" :")
     if rest[:2].isalpha() and " is " in rest:
         rest = rest.rsplit(" is ", 1)[1]
-    return _capped(rest.rstrip(".").strip())  # the sentence's period
+    lead = _LEADING.match(rest)  # "Answer: 18 dollars, because ...", "18 (dieciocho)"
+    value = _capped(lead[1] if lead else _value_of(rest) or _only_number(rest))
+    line_start = text.rfind("\n", max(0, best - 200), best + 1)  # the line before this one
+    before = _HEDGE.search(text[max(0, line_start - 80) : max(line_start, 0)].rpartition("\n")[2])
+    if value and line_start >= 0 and before and not answers_match(before[1], value):
+        return ""  # "A: 2\nA: 3\nA: 4": a list of candidates, none of them committed to
+    return value
 
 
-_CONCLUDES = re.compile(r"\b(?:[Hh]ence|[Tt]herefore|[Tt]hus|[Ss]o|[Ww]e (?:get|obtain|find))\b")
+# A "$" before a number is a price, not LaTeX, when no math could be closed by the next "$":
+# "$28.00 and the shoes cost $30.00" is two prices, "$1 + 4 \cdot 3 = 13$" is math.
+_PRICE = re.compile(r"\$(?=[0-9])([^$]*)(\$?)")
+_WORD = re.compile(r"(?<![\\a-zA-Z])(?!(?:or|and)\b)[a-zA-Z]{2,}")  # "5 or 6" is math
+
+
+def _uncurrency(s):
+    s = s.replace("\\$", "")  # an escaped dollar is always a price
+
+    def price(m):
+        inside = m[1].rstrip()
+        if m[2] and inside == m[1] and not _WORD.search(inside) and inside[-1:] not in "+-*/=x":
+            return m[0]  # "$12$": math
+        return m[1] + m[2]
+
+    return _PRICE.sub(price, s) if "$" in s else s
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])(?:\$\$|\\\])?\s+(?=\S)|。|\n")  # "... 2.$$ Thus"
 _MATH_SPAN = re.compile(r"\$\$([^$]+)\$\$|\$([^$]+)\$|\\\[(.+?)\\\]|\\\((.+?)\\\)", re.S)
+# a number after "=", "is", ":" ...; taken only when no other number follows it
+_STATES = r"(?:=|\b(?:is|are|be|equals|was|makes?|gets?|gives?|of|[Aa]nswer)\b|'s\b|:)"
+_STATED = re.compile(_STATES + r"\s*([-+]?[0-9][0-9,]*(?:\.[0-9]+)?)")
+_STATES_END = re.compile(
+    r"(?:=|\b(?:is|are|be|equals|was|gives?|of|[Aa]nswer)\b)[^0-9]{0,40}$"
+)  # "... is $x$": a statement, not "Find $x$"
+_NUMBER = re.compile(r"[-+]?[0-9][0-9,]*(?:\.[0-9]+)?")
+_UNITS_ONLY = re.compile(r"(?<![0-9,.])" + _NUMBER.pattern + r"(?: [a-zA-Z]+){1,3}")
+_NOT_WORDS = r"(?!(?:or|and|to|plus|minus|times|over|pi)\b)"  # "5 or 6" is a list, not "5"
+_LEADING = re.compile(r"(?<![0-9,.])(" + _NUMBER.pattern + r")\s+\(?" + _NOT_WORDS + "[a-zA-Z]{2,}")
+
+
+def _value_of(s):
+    """The answer a short text states: the text itself when it is math (no words outside
+    math spans), else its last math span, else the number after its last "=" or "is" when no
+    number follows it: "Angle A is 36 degrees" -> "36", "18 dollars, as 9 * 2 = 18" -> "18"."""
+    s = s.strip().rstrip(".").strip()
+    if _UNITS_ONLY.fullmatch(s):  # "28 percent", "15 cups of feed"
+        return s
+    spans = list(_MATH_SPAN.finditer(s))
+    if not _WORD.search(_MATH_SPAN.sub("", s).replace("\\text", "")):
+        return s
+    if spans and _STATES_END.search(s, max(0, spans[-1].start() - 40), spans[-1].start()):
+        return next(g for g in spans[-1].groups() if g is not None)
+    s = _MATH_SPAN.sub(" ", s)  # the number of a sentence is outside its math
+    stated = list(_STATED.finditer(s))  # the last "is"/"=" of the sentence, with a number:
+    last = list(re.finditer(_STATES, s))[-1:]  # "... = 20 cups =" (cut) states nothing
+    if stated and last[0].start() == stated[-1].start() and not _NUMBER.search(s, stated[-1].end()):
+        return stated[-1][1]
+    return None
+
+
+ONE_NUMBER = True  # the one number of a concluding sentence is its answer (measured: CORPUS.md)
+_CONCLUDES = re.compile(r"\b(?:[Hh]ence|[Tt]herefore|[Tt]hus|[Ss]o|[Ww]e (?:get|obtain|find))\b")
+# what follows an answer without stating one: Minerva's sign-off, a chat template's next turn
+_TRAILERS = ("I hope it is correct.", "<|im_end|>", "<|im_start|>user", "<|endoftext|>")
+_DISPLAY = re.compile(r"\$\$[^$]*\$\$|\\\[.*?\\\]", re.S)
 
 
 def extract_conclusion(text):
-    """The first math span after a concluding word in the last sentence, or None."""
-    tail = text[-2 * MAX_ANSWER_CHARS :].rstrip().rstrip(".")
-    sentence = tail[max(tail.rfind(". "), tail.rfind("\n\n"), tail.rfind("?")) + 1 :]
+    """The answer stated by the last sentence (step 5 of the module docstring), or None:
+    the first math span after a concluding word, else _value_of(the sentence)."""
+    tail = _DISPLAY.sub(lambda m: m[0].replace("\n", " "), text[-2 * MAX_ANSWER_CHARS :])
+    while tail.rstrip().endswith(_TRAILERS):  # a bounded tail: at most len(tail) rounds
+        tail = tail.rstrip()
+        tail = tail[: -len(next(t for t in _TRAILERS if tail.endswith(t)))]
+    sentence = _SENTENCE_END.split(_uncurrency(tail.strip()))[-1].strip()
+    if not sentence or sentence.endswith("?"):  # a question is not an answer
+        return None
     for mark in list(_CONCLUDES.finditer(sentence))[-4:][::-1]:  # "Thus $x=3$, so done."
         span = _MATH_SPAN.search(sentence, mark.end())
         if span:
             return _capped(next(g for g in span.groups() if g is not None))
-    return None
+    value = _value_of(sentence)
+    if value is None and ONE_NUMBER and _CONCLUDES.search(sentence):
+        value = _only_number(sentence)  # "Thus he spent 58 in all."
+    return _capped(value)
+
+
+def _only_number(sentence):
+    numbers = _NUMBER.findall(_MATH_SPAN.sub(" ", sentence))
+    return numbers[0] if len(numbers) == 1 else None
 
 
 # what may stand between boxes of one answer: "$x = \boxed{-2}$ or $x = \boxed{3}$"
@@ -175,75 +274,39 @@ def extract_answer(text):
     """The response's final answer by the order in the module docstring, or None."""
     if not isinstance(text, str):
         return None
-    inner = _between_last(text, "<answer>", "</answer>")
-    for extract in (extract_boxes, extract_gsm8k, extract_answer_is, extract_conclusion):
-        found = extract(text if inner is None else inner)
+    scope = extract_answer_tag(text) or text
+    order = [extract_boxes, extract_gsm8k, extract_answer_is, extract_conclusion]
+    box = max(scope.rfind("\\boxed"), scope.rfind("\\fbox"))
+    if 0 <= box < max(scope.rfind(p) for p in _ANSWER_PHRASES):  # "\\boxed{255} ... Final
+        order.insert(0, extract_answer_is)  # Answer: 10,455": the statement after the box wins
+    for extract in order:
+        found = extract(scope)
         if found is not None:
-            return found
-    return _capped(inner)
+            return found or None  # "": the extractor saw an answer it refuses (hedging)
+    return None
 
 
 # ------------------------------------------------------------------ canonical strings
 
+# Unicode math as LaTeX: minus, times, dot, divide, fraction slash, no-break space, pi, root,
+# infinity, plus-minus, union, euro, pound, squared, cubed
 _UNICODE = str.maketrans(
-    {
-        "\u2212": "-",
-        "\u00d7": "*",
-        "\u00b7": "*",
-        "\u00f7": "/",
-        "\u2044": "/",
-        "\u00a0": " ",
-        "\u03c0": "\\pi ",
-        "\u221a": "\\sqrt",
-        "\u221e": "\\infty ",
-        "\u00b1": "\\pm ",
-        "\u222a": "\\cup ",
-        "\u20ac": "",
-        "\u00a3": "",
-        "\u00b2": "^2",
-        "\u00b3": "^3",
-    }
-)
+    dict(zip("\u2212\u00d7\u00b7\u00f7\u2044\u00a0\u03c0\u221a\u221e\u00b1\u222a\u20ac\u00a3\u00b2\u00b3",
+             ["-", "*", "*", "/", "/", " ", "\\pi ", "\\sqrt", "\\infty ", "\\pm ", "\\cup ",
+              "", "", "^2", "^3"], strict=True))
+)  # fmt: skip
 _TEXT_CMDS = r"text|textbf|textit|textrm|textnormal|mathrm|mathbf|mathit|mbox"
 _TEXT_SPLIT = re.compile(r"(\\(?:" + _TEXT_CMDS + r")\s*\{|\\.|[{}])", re.S)
 _COMMAND = re.compile(r"\\(?:[a-zA-Z]+|.)", re.S)
-_COMMAND_MAP = {
-    "\\!": "",
-    "\\,": "",
-    "\\;": "",
-    "\\:": "",
-    "\\ ": " ",
-    "\\quad": " ",
-    "\\qquad": " ",
-    "\\left": "",
-    "\\right": "",
-    "\\displaystyle": "",
-    "\\dfrac": "\\frac",
-    "\\tfrac": "\\frac",
-    "\\cfrac": "\\frac",
-    "\\%": "",
-    "\\$": "",
-    "\\{": "\u2983",
-    "\\}": "\u2984",
-    "\\circ": "\u00b0",
-    "\\degree": "\u00b0",
-    "\\cdot": "*",
-    "\\times": "*",
-    "\\[": "",
-    "\\]": "",
-    "\\(": "",
-    "\\)": "",
-    "\\lt": "<",
-    "\\gt": ">",
-    "\\le": "\u2264",
-    "\\leq": "\u2264",
-    "\\leqslant": "\u2264",
-    "\\ge": "\u2265",
-    "\\geq": "\u2265",
-    "\\geqslant": "\u2265",
-    "\\ne": "\u2260",
-    "\\neq": "\u2260",  # relations as one character
-}
+_COMMAND_MAP = {"\\ ": " "} | {  # relations become one character: \\le -> \u2264
+    command: to for to, commands in (
+        ("", "\\! \\, \\; \\: \\left \\right \\displaystyle \\% \\$ \\[ \\] \\( \\)"),
+        (" ", "\\quad \\qquad"), ("\\frac", "\\dfrac \\tfrac \\cfrac"), ("*", "\\cdot \\times"),
+        ("\u2983", "\\{"), ("\u2984", "\\}"), ("\u00b0", "\\circ \\degree"), ("<", "\\lt"),
+        (">", "\\gt"), ("\u2264", "\\le \\leq \\leqslant"), ("\u2265", "\\ge \\geq \\geqslant"),
+        ("\u2260", "\\ne \\neq"), ("\u2248", "\\approx"),
+    ) for command in commands.split()
+}  # fmt: skip
 # whitespace goes, except the one space LaTeX needs between a command and a letter: "\cot x"
 _SPACES = re.compile(r"(\\[a-zA-Z]+)\s+(?=[a-zA-Z])|\s+")
 # single-token arguments get braces so \frac34, \frac 3 4 and \frac{3}{4} read the same
@@ -260,7 +323,11 @@ _UNIT_WORD = re.compile(r"[a-zA-Z]{2,}(?:\^\{?[23]\}?)?|\^\{?[23]\}?")
 _NOT_UNITS = {"or", "and", "to", "plus", "minus", "times", "over", "pi", "is", "not", "of"}
 _THOUSANDS = re.compile(r"[-+]?[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?")
 _DECIMAL_COMMA = re.compile(r"(?<![0-9])[-+]?[0-9]+,(?:[0-9]{1,2}|[0-9]{4,})")  # not 3 digits
-_OR_AND = re.compile(r"(?<!\s)\s+(?:or|and)\s+")
+_ESCAPED_TWICE = re.compile(r"\\\\(?=[a-zA-Z]{2})")
+_SPACED = re.compile(r"(?<=[0-9]) +(?=[0-9])")
+_SPACED_THOUSANDS = re.compile(r"[-+]?[0-9]{1,3}(?: [0-9]{3})+(?:\.[0-9]+)?")
+_BASE = re.compile(r"(?<![0-9A-Z])([0-9A-Z]+)_\{([0-9]+)\}")  # 4210_{5} after canonical()
+_OR_AND = re.compile(r"(?<!\s)\s+(?:or|and)\s+|(?<=\))or(?=\()")
 _ATTACHED = re.compile(r"(?<![0-9,.])([-+]?[0-9][0-9,.]*)([a-zA-Z]{1,3})(?:\^\{?[23]\}?)?")
 _UNITS = set("km cm mm m kg g mg ml mL L ft in mi h hr hrs min s sec mph".split())  # "45km"
 
@@ -303,17 +370,23 @@ def canonical(answer):
         if "{" in s:
             s = _unwrap_text(s)
         s = s.replace("\\! ", "\\!")  # "11,\\! 111" is one number; "32, 349" is a list
+        s = _ESCAPED_TWICE.sub(r"\\", s)  # "\\\\frac" from a JSON string escaped twice
         s = _COMMAND.sub(lambda m: _COMMAND_MAP.get(m.group(), m.group()), s)
+    if "\u2248" in s:  # "x = 1/3 \\approx 0.33" is 1/3; "x \\approx 11" is 11
+        left, _, right = s.partition("\u2248")
+        s = left if "=" in left or any(c.isdigit() for c in left) else left + "=" + right
     s = s.replace("$", "").replace("%", "").replace("^{\u00b0}", "").replace("^\u00b0", "")
     s = s.replace("\u00b0", "").strip().rstrip(".").strip()
     if "=" in s:
         s = s.replace("<=", "\u2264").replace(">=", "\u2265").replace("!=", "\u2260")
-    if " " in s:
+    if " " in s or ")or(" in s:
         s = _drop_units(_OR_AND.sub(",", s))  # "8,3 or 4" and "(5,2) or (2,5)" are lists
     m = None if s[-1:].isdigit() and "^" not in s else _ATTACHED.fullmatch(s)
     if m and m[2] in _UNITS and (len(m[2]) > 1 or "." in m[1] or "," in m[1]):
         s = m[1]  # a single letter only after 3.5 or 3,000: "5m" and "2k" stay algebra
-    s = s.replace(";", ",")
+    s = s.replace(";", ",").replace("{,}", ",")  # "14{,}916": LaTeX's spacing of a comma
+    if " " in s and _SPACED.search(s):  # "1 000" is a thousand, "1 2 3" a list
+        s = s.replace(" ", "") if _SPACED_THOUSANDS.fullmatch(s) else _SPACED.sub(",", s)
     if "," in s and _THOUSANDS.fullmatch(s):
         s = s.replace(",", "")  # before spaces go: "32, 349" is a list
     s = _SPACES.sub(lambda m: m.group(1) + " " if m.group(1) else "", s)
@@ -322,6 +395,8 @@ def canonical(answer):
             s = pattern.sub(replacement, s)
     if s[1:4] == "\\in" and s[:1].isalpha() and not s[4:5].isalpha():
         s = s[4:]  # "x\in[-2,7]" -> "[-2,7]"
+    if s[:1] == "{" and s[-1:] == "}" and "," in s and wraps(s):
+        s = "\u2983" + s[1:-1] + "\u2984"  # "{1,3}": a set whose braces were not escaped
     if len(s) == 3 and s[0] == "(" and s[2] == ")" and s[1].isalpha():
         s = s[1]  # multiple choice "(B)" -> "B"
     return s[1:] if s.startswith("+") else s
@@ -339,11 +414,17 @@ def answers_match(predicted, reference):
         return False
     if a == b:
         return True
+    base_a, base_b = _BASE.fullmatch(a), _BASE.fullmatch(b)
+    if (base_a is None) != (base_b is None):  # a base written on one side only: 4210_5, 4210
+        a, b = (base_a[1], b) if base_a else (a, base_b[1])
+        return a == b
     key_a, key_b = key(a), key(b)
     if key_a == key_b or same_set(key_a, key_b):
         return True
     bare_a, bare_b = unlabel(a), unlabel(b)
-    if (bare_a is None) != (bare_b is None):  # "(a,b)=(2,7)" answers "(2,7)"; "x=5" != "y=5"
+    if bare_a and bare_b and "," not in a + b and a.split("=")[0] == b.split("=")[0]:
+        key_a, key_b = key(bare_a), key(bare_b)  # one label: "x=5+5+1=11" is "x=11"
+    elif (bare_a is None) != (bare_b is None):  # "(a,b)=(2,7)" answers "(2,7)"; "x=5" != "y=5"
         key_a, key_b = key(bare_a or a), key(bare_b or b)
     elif _DECIMAL_COMMA.fullmatch(a) or _DECIMAL_COMMA.fullmatch(b):  # "0,25" vs "0.25"
         key_a = key(a.replace(",", ".")) if _DECIMAL_COMMA.fullmatch(a) else key_a
@@ -370,8 +451,9 @@ def gsm8k_reward(response, gt_answer):
 
 
 def math_reward(response, gt_answer):
-    """1.0 if the response's answer matches; gt_answer is the answer or a \\boxed{} solution."""
-    return _accuracy(response, _reference(gt_answer, extract_boxed))
+    """1.0 if the response's answer matches; gt_answer is the answer or a \\boxed{} solution
+    (boxes joined as in extract_boxes: "\\boxed{1}, \\boxed{2}" is the answer "1, 2")."""
+    return _accuracy(response, _reference(gt_answer, extract_boxes))
 
 
 _TAGS = ("<think>", "</think>", "<answer>", "</answer>")
@@ -472,25 +554,14 @@ class VerifiableRewardModel:
 
 
 def main():
-    pairs = [
-        ("$1,000.", "1000"),
-        (r"\dfrac{3}{4}", "0.75"),
-        (r"\frac{1}{\sqrt3}", r"\frac{\sqrt{3}}{3}"),
-        ("y = 2x + 3", "2x - y + 3 = 0"),
-        (r"(a,b)=(2,7)", "(2, 7)"),
-        (r"y \geq 3", "[3, \\infty)"),
-        ("0,25", "0.25"),
-        ("32, 349", "32349"),
-        ("50%", "0.5"),
-        ("(3,4]", "(3,4)"),
-    ]
+    pairs = [("$1,000.", "1000"), (r"\dfrac{3}{4}", "0.75"), (r"\frac{1}{\sqrt3}", r"\frac{\sqrt{3}}{3}"),
+             ("y = 2x + 3", "2x - y + 3 = 0"), (r"(a,b)=(2,7)", "(2, 7)"), (r"y \geq 3", "[3, \\infty)"),
+             ("0,25", "0.25"), ("32, 349", "32349"), ("50%", "0.5"), ("(3,4]", "(3,4)")]  # fmt: skip
     for predicted, reference in pairs:
         print(f"{predicted!r:>24} vs {reference!r:<24} -> {answers_match(predicted, reference)}")
     response = "<think>2 + 2 = 4</think> <answer>The answer is \\boxed{4}.</answer>"
-    print(
-        f"extract_answer -> {extract_answer(response)!r}, gated reward ->",
-        gated_math_reward(response, "4"),
-    )
+    print(f"extract_answer -> {extract_answer(response)!r}, gated reward ->",
+          gated_math_reward(response, "4"))  # fmt: skip
 
 
 if __name__ == "__main__":

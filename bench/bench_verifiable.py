@@ -25,7 +25,6 @@ the per-form table shows where the two graders part.
 """
 
 import argparse
-import glob
 import json
 import re
 import sys
@@ -37,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from exact import wraps
-from verifiable import answers_match, extract_answer  # noqa: I001
+from verifiable import answers_match, extract_answer, math_reward  # noqa: I001
 
 DATA = ROOT.parent / "shared" / "data"
 
@@ -243,16 +242,22 @@ def load_cases(limit=None):
 
 
 def load_completions(paths=None):
-    """{"file/split": [row]} from jsonl files of (reference, completion, equal) rows."""
-    paths = paths or sorted(glob.glob(str(ROOT / "bench" / "completions*.jsonl")))
+    """Labelled completions by (source, split): bench/completions.jsonl (hand-written along with
+    the code) and bench/corpus_*.jsonl (see bench/CORPUS.md); rows without a label are skipped."""
+    if not paths:
+        paths = [ROOT / "bench" / "completions.jsonl"]
+        paths += sorted(
+            p for p in (ROOT / "bench").glob("corpus_*.jsonl") if p.stem != "corpus_raw"
+        )
     groups = defaultdict(list)
     for path in paths:
         with open(path) as f:
             for line in f:
-                if line.strip():
-                    row = json.loads(line)
-                    groups[f"{Path(path).stem}/{row.get('split', 'all')}"].append(row)
-    return dict(groups)
+                row = json.loads(line) if line.strip() else {}
+                if isinstance(row.get("equal"), bool):
+                    source = row.get("source", Path(path).stem)
+                    groups[source, row.get("split", "all")].append(row)
+    return dict(sorted(groups.items()))
 
 
 # ------------------------------------------------------------------ graders and timing
@@ -271,44 +276,59 @@ def math_verify_grader(wrap):
 
 
 def ours_on_completion(completion, reference):
-    """What gsm8k_reward and math_reward do: the completion's answer vs the reference's."""
-    predicted = extract_answer(completion)
-    gold = extract_answer(reference) or reference
-    return predicted is not None and answers_match(predicted, gold)
+    """nanoRM's math_reward: the completion's answer vs the reference's (gsm8k_reward reads a
+    bare reference the same way)."""
+    return math_reward(completion, reference) == 1.0
 
 
-def math_verify_on_completion(wrap):
-    """Math-Verify reads the whole completion itself; the reference is wrapped as in WRAPS."""
+def math_verify_on_completion(completion, reference):
+    """Math-Verify reads the whole completion; a reference without $ or \\boxed gets $...$
+    (its LaTeX extraction needs a delimiter; its own test cases keep theirs)."""
     from math_verify import parse, verify
 
-    def grade(completion, reference):
-        try:
-            return bool(verify(parse(wrap(reference)), parse(completion)))
-        except Exception:
-            return False
-
-    return grade
+    if "$" not in reference and "\\boxed" not in reference:
+        reference = f"${reference}$"
+    try:
+        return bool(verify(parse(reference), parse(completion)))
+    except Exception:
+        return False
 
 
 def completion_table(groups, graders):
-    """Rows: grader x group, with equal pairs recognised and unequal pairs accepted."""
-    lines = ["\n## Completions: equal pairs recognised, unequal pairs accepted (false positives)\n",
-             "| grader | set | equal recognised | false positives | pairs / s |",
-             "|---|---|---|---|---|"]  # fmt: skip
-    misses = {}
-    for name, grade in graders.items():
-        for group, rows in groups.items():
+    """Per (source, split) and overall: agreement with the labels, false positives (unequal
+    pairs accepted) and false negatives, per grader; then each grader's pairs per second."""
+    names = list(graders)
+    head = "| source | split | n |" + "".join(f" {n}: agree / FP / FN |" for n in names)
+    lines = ["\n## Completions: agreement with the labels, false positives, false negatives\n",
+             head, "|---|---|---|" + "---|" * len(names)]  # fmt: skip
+    seconds, misses, totals = defaultdict(float), {}, defaultdict(lambda: [0, 0, 0, 0])
+    for (source, split), rows in groups.items():
+        cells = ""
+        for name, grade in graders.items():
             start = time.perf_counter()
             verdicts = [grade(r["completion"], r["reference"]) for r in rows]
-            rate = len(rows) / (time.perf_counter() - start)
-            equal = [v for v, r in zip(verdicts, rows, strict=True) if r["equal"]]
-            unequal = [v for v, r in zip(verdicts, rows, strict=True) if not r["equal"]]
-            lines.append(f"| {name} | {group} | {sum(equal)}/{len(equal)} "
-                         f"({sum(equal) / max(len(equal), 1):.1%}) | {sum(unequal)}/{len(unequal)} "
-                         f"({sum(unequal) / max(len(unequal), 1):.1%}) | {rate:,.0f} |")  # fmt: skip
-            misses[name, group] = [
+            seconds[name] += time.perf_counter() - start
+            fp = sum(v and not r["equal"] for v, r in zip(verdicts, rows, strict=True))
+            fn = sum(r["equal"] and not v for v, r in zip(verdicts, rows, strict=True))
+            cells += f" {1 - (fp + fn) / len(rows):.3f} / {fp} / {fn} |"
+            for t in (totals[name, split], totals[name, "all"]):
+                t[0], t[1], t[2], t[3] = t[0] + len(rows), t[1] + fp, t[2] + fn, 0
+            misses[name, source, split] = [
                 r for v, r in zip(verdicts, rows, strict=True) if v != r["equal"]
             ]
+        lines.append(f"| {source} | {split} | {len(rows)} |{cells}")
+    for split in sorted({s for _, s in totals}):
+        n = totals[names[0], split][0]
+        cells = "".join(f" **{1 - (totals[g, split][1] + totals[g, split][2]) / n:.3f}** / "
+                        f"{totals[g, split][1]} / {totals[g, split][2]} |" for g in names)  # fmt: skip
+        lines.append(f"| **all** | {split} | {n} |{cells}")
+    n_all = totals[names[0], "all"][0]
+    rates = {name: n_all / seconds[name] for name in names}
+    lines.append("\n" + ", ".join(f"{n}: {r:,.0f} completions/s" for n, r in rates.items()))
+    if len(names) > 1:
+        lines.append(
+            f"speed ratio {names[0]} / {names[1]}: {rates[names[0]] / rates[names[1]]:,.0f}x"
+        )
     return lines, misses
 
 
@@ -343,7 +363,13 @@ def main():
         default=None,
         help="jsonl files of completions (default: bench/completions*.jsonl)",
     )  # several files: hand-written ones and model-generated ones are reported apart
-    parser.add_argument("--misses", action="store_true", help="print nanoRM's wrong verdicts")
+    parser.add_argument(
+        "--misses",
+        nargs="*",
+        default=(),
+        help="print nanoRM's wrong verdicts "
+        "on these splits (e.g. --misses dev; held-out misses are not for tuning)",
+    )
     parser.add_argument("--no_gold", action="store_true", help="completions only")
     args = parser.parse_args()
     cases = {} if args.no_gold else load_cases(args.limit)
@@ -357,16 +383,15 @@ def main():
     except ImportError:
         print("math-verify is not installed (pip install math-verify): only nanoRM is run")
         graders = {}
-    graders_c = {"nanoRM answers_match": ours_on_completion}
+    graders_c = {"nanoRM": ours_on_completion}
     if graders:
-        graders_c.update({f"Math-Verify, reference {n}": math_verify_on_completion(w)
-                          for n, w in WRAPS.items()})  # fmt: skip
+        graders_c["Math-Verify"] = math_verify_on_completion
     lines, misses = completion_table(load_completions(args.completions), graders_c)
     if args.misses:
-        for (name, group), rows in misses.items():
-            for r in rows if name.startswith("nanoRM") else []:
-                print(f"MISS {group} {r['kind']} equal={r['equal']} ref={r['reference']!r} "
-                      f"completion={r['completion'][-90:]!r}")  # fmt: skip
+        for (name, source, split), rows in misses.items():
+            for r in rows if name == "nanoRM" and split in args.misses else []:
+                print(f"MISS {source}/{split} equal={r['equal']} ref={r['reference']!r} "
+                      f"completion={r['completion'][-120:]!r} -> {extract_answer(r['completion'])!r}")  # fmt: skip
     for dataset, pairs in cases.items():
         positives = sum(label for *_, label in pairs)
         ours = run(answers_match, pairs)
