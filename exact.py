@@ -269,6 +269,21 @@ def _constant(s):
     return None if value is None or any(syms for _, syms in value) else value
 
 
+def rounds_to(decimal, s):
+    """True when the decimal "0.33" is the rational number s (1/3) rounded or cut to its
+    places, s having no exact decimal of that length: only non-terminating values (1/3,
+    1/12), at 2 places or more. 0.8 for 3/4 stays wrong: 3/4 is exactly 0.75."""
+    whole, _, places = decimal.lstrip("-").partition(".")
+    value = _constant(s) if len(places) >= 2 and whole.isdigit() and places.isdigit() else None
+    if value is None or set(value) != {(1, ())}:
+        return False
+    x, scale = Fraction(value[(1, ())]), 10 ** len(places)
+    if (x < 0) != decimal.startswith("-") or (x * scale).denominator == 1:
+        return False
+    gap = abs(x) - Fraction(int(whole + places), scale)  # rounded: |gap| <= half a place;
+    return abs(gap) <= Fraction(1, 2 * scale) or 0 < gap < Fraction(1, scale)  # cut: below x
+
+
 def unlabel(s):
     """The value side of a labelled answer, item by item, or None when nothing is labelled:
     "(a,b)=(2,7)" -> "(2,7)", "PQ=3,RS=8" -> "3,8", "5=x" -> "5", a worked chain

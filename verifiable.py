@@ -60,7 +60,7 @@ ColossalChat's reward functions decode input_ids[s : e + 1], i.e. treat the end 
 
 import re
 
-from exact import key, same_set, unlabel, wraps
+from exact import key, rounds_to, same_set, unlabel, wraps
 
 MAX_ANSWER_CHARS = 1000  # longer extracted answers count as no answer; answers_match -> False
 
@@ -189,9 +189,10 @@ _MATH_SPAN = re.compile(r"\$\$([^$]+)\$\$|\$([^$]+)\$|\\\[(.+?)\\\]|\\\((.+?)\\\
 # a number after "=", "is", ":" ...; taken only when no other number follows it
 _STATES = r"(?:=|\b(?:is|are|be|equals|was|makes?|gets?|gives?|of|[Aa]nswer)\b|'s\b|:)"
 _STATED = re.compile(_STATES + r"\s*([-+]?[0-9][0-9,]*(?:\.[0-9]+)?)")
-_STATES_END = re.compile(
-    r"(?:=|\b(?:is|are|be|equals|was|gives?|of|[Aa]nswer)\b)[^0-9]{0,40}$"
-)  # "... is $x$": a statement, not "Find $x$"
+# "... is $x$" and "Matrix with fractions: $M$" state x and M; "Simplify: $x$" does not
+_STATES_END = re.compile(r"(?:[=:]|\b(?:is|are|be|equals|was|gives?|of|[Aa]nswer)\b)[^0-9]{0,40}$")
+_IMPERATIVE = re.compile(r"(?:Simplify|Evaluate|Compute|Find|Solve|Calculate|Determine|Express"
+                         r"|Let|Given|Consider|Prove|Show|Write|Compare|Suppose)\b")  # fmt: skip
 _NUMBER = re.compile(r"[-+]?[0-9][0-9,]*(?:\.[0-9]+)?")
 _UNITS_ONLY = re.compile(r"(?<![0-9,.])" + _NUMBER.pattern + r"(?: [a-zA-Z]+){1,3}")
 _NOT_WORDS = r"(?!(?:or|and|to|plus|minus|times|over|pi)\b)"  # "5 or 6" is a list, not "5"
@@ -208,7 +209,8 @@ def _value_of(s):
     spans = list(_MATH_SPAN.finditer(s))
     if not _WORD.search(_MATH_SPAN.sub("", s).replace("\\text", "")):
         return s
-    if spans and _STATES_END.search(s, max(0, spans[-1].start() - 40), spans[-1].start()):
+    start = spans[-1].start() if spans else 0
+    if spans and _STATES_END.search(s, max(0, start - 40), start) and not _IMPERATIVE.match(s):
         return next(g for g in spans[-1].groups() if g is not None)
     s = _MATH_SPAN.sub(" ", s)  # the number of a sentence is outside its math
     stated = list(_STATED.finditer(s))  # the last "is"/"=" of the sentence, with a number:
@@ -429,7 +431,9 @@ def answers_match(predicted, reference):
     elif _DECIMAL_COMMA.fullmatch(a) or _DECIMAL_COMMA.fullmatch(b):  # "0,25" vs "0.25"
         key_a = key(a.replace(",", ".")) if _DECIMAL_COMMA.fullmatch(a) else key_a
         key_b = key(b.replace(",", ".")) if _DECIMAL_COMMA.fullmatch(b) else key_b
-    return key_a == key_b or same_set(key_a, key_b)
+    if key_a == key_b or same_set(key_a, key_b):
+        return True
+    return rounds_to(a, b) or rounds_to(b, a)  # "0.0833" for 1/12; 0.8 for 3/4 stays wrong
 
 
 # ------------------------------------------------------------------ reward functions

@@ -159,6 +159,22 @@ def test_approx_thousands_sets_and_bases():
     assert not answers_match("4210_5", "4211")
 
 
+def test_policy_a_decimal_rounds_only_a_value_with_no_exact_decimal():
+    # Math-Verify rounds both sides; nanoRM accepts a decimal of 2+ places that is the exact
+    # value rounded or cut, and only when no decimal of that length is exact
+    assert answers_match("0.33", "1/3") and answers_match("0.66", r"\frac23")  # cut
+    assert answers_match("0.0833333333333333", r"\frac{1}{12}") and answers_match("-0.33", "-1/3")
+    assert not answers_match("0.34", "1/3") and not answers_match("0.3", "1/3")  # 1 place
+    assert not answers_match("0.8", "3/4") and not answers_match("0.76", "3/4")  # 0.75 is exact
+    assert not answers_match("0.33", "-1/3") and not answers_match("1.41", r"\sqrt2")
+
+
+def test_a_colon_states_unless_the_sentence_is_an_instruction():
+    text = r"Matrix with fractions: $\begin{pmatrix} \frac12 & 1 \\ 2 & 3 \end{pmatrix}$"
+    assert V.math_reward(text, r"\begin{pmatrix} 0.5 & 1 \\ 2 & 3 \end{pmatrix}") == 1.0
+    assert extract_answer(r"Simplify: $\frac{\sqrt{2.5^2-0.7^2}}{2.7-2.5}$.") is None
+
+
 def test_boxes_that_make_one_answer():
     assert extract_answer(r"The solutions are \boxed{2} and \boxed{5}.") == "2, 5"
     two = r"\boxed{(1, 4)} \quad \text{and} \quad \boxed{(6, 9)}"
