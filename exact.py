@@ -269,19 +269,27 @@ def _constant(s):
     return None if value is None or any(syms for _, syms in value) else value
 
 
-def rounds_to(decimal, s):
-    """True when the decimal "0.33" is the rational number s (1/3) rounded or cut to its
-    places, s having no exact decimal of that length: only non-terminating values (1/3,
-    1/12), at 2 places or more. 0.8 for 3/4 stays wrong: 3/4 is exactly 0.75."""
-    whole, _, places = decimal.lstrip("-").partition(".")
-    value = _constant(s) if len(places) >= 2 and whole.isdigit() and places.isdigit() else None
-    if value is None or set(value) != {(1, ())}:
+def close(a, b):
+    """Keys equal up to rounding, for an a written in decimals: each number of 2+ places in a
+    is b's value rounded or cut to its places, when that value has no exact decimal of that
+    length (0.33 for 1/3, 0.0833 for 1/12, cell by cell in tuples and matrices). 0.8 for 3/4
+    stays wrong: 3/4 is exactly 0.75. Sets are compared exactly (their order is by value)."""
+    if a == b:
+        return True
+    if not (isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b) and a):
         return False
-    x, scale = Fraction(value[(1, ())]), 10 ** len(places)
-    if (x < 0) != decimal.startswith("-") or (x * scale).denominator == 1:
+    if a[0] == b[0] == "num":
+        x, y = (dict(v).get((1, ())) if len(v) == 1 else None for v in (a[1], b[1]))
+        return None not in (x, y) and _rounds(Fraction(x), Fraction(y))
+    return a[0] != "set" and all(close(x, y) for x, y in zip(a, b, strict=True))
+
+
+def _rounds(d, x):
+    places = next((k for k in range(40) if (d * 10**k).denominator == 1), 0)
+    if places < 2 or (x * 10**places).denominator == 1 or (x < 0) != (d < 0):
         return False
-    gap = abs(x) - Fraction(int(whole + places), scale)  # rounded: |gap| <= half a place;
-    return abs(gap) <= Fraction(1, 2 * scale) or 0 < gap < Fraction(1, scale)  # cut: below x
+    gap, place = abs(x) - abs(d), Fraction(1, 10**places)  # rounded: within half a place;
+    return abs(gap) <= place / 2 or 0 < gap < place  # cut: below x by less than a place
 
 
 def unlabel(s):

@@ -60,7 +60,7 @@ ColossalChat's reward functions decode input_ids[s : e + 1], i.e. treat the end 
 
 import re
 
-from exact import key, rounds_to, same_set, unlabel, wraps
+from exact import close, key, same_set, unlabel, wraps
 
 MAX_ANSWER_CHARS = 1000  # longer extracted answers count as no answer; answers_match -> False
 
@@ -325,7 +325,7 @@ _UNIT_WORD = re.compile(r"[a-zA-Z]{2,}(?:\^\{?[23]\}?)?|\^\{?[23]\}?")
 _NOT_UNITS = {"or", "and", "to", "plus", "minus", "times", "over", "pi", "is", "not", "of"}
 _THOUSANDS = re.compile(r"[-+]?[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?")
 _DECIMAL_COMMA = re.compile(r"(?<![0-9])[-+]?[0-9]+,(?:[0-9]{1,2}|[0-9]{4,})")  # not 3 digits
-_ESCAPED_TWICE = re.compile(r"\\\\(?=[a-zA-Z]{2})")
+_ESCAPED_TWICE = re.compile(r"(?<!\\)\\\\(?=[a-zA-Z]{2})")
 _SPACED = re.compile(r"(?<=[0-9]) +(?=[0-9])")
 _SPACED_THOUSANDS = re.compile(r"[-+]?[0-9]{1,3}(?: [0-9]{3})+(?:\.[0-9]+)?")
 _BASE = re.compile(r"(?<![0-9A-Z])([0-9A-Z]+)_\{([0-9]+)\}")  # 4210_{5} after canonical()
@@ -433,7 +433,8 @@ def answers_match(predicted, reference):
         key_b = key(b.replace(",", ".")) if _DECIMAL_COMMA.fullmatch(b) else key_b
     if key_a == key_b or same_set(key_a, key_b):
         return True
-    return rounds_to(a, b) or rounds_to(b, a)  # "0.0833" for 1/12; 0.8 for 3/4 stays wrong
+    decimal_a, decimal_b = ("." in x and "/" not in x and "frac" not in x for x in (a, b))
+    return (decimal_a and close(key_a, key_b)) or (decimal_b and close(key_b, key_a))
 
 
 # ------------------------------------------------------------------ reward functions

@@ -151,7 +151,7 @@ def test_approx_thousands_sets_and_bases():
     assert answers_match("x \\approx 11", "11") and answers_match(
         "x = \\frac13 \\approx 0.33", "1/3"
     )
-    assert not answers_match("x = \\frac13 \\approx 0.33", "0.33")  # the exact value counts
+    assert not answers_match("x = \\frac13 \\approx 0.33", "0.3")  # the exact value counts
     assert answers_match("14{,}916", "14916") and answers_match("1 000", "1000")
     assert not answers_match("1 2 3", "123") and answers_match("1 2 3", "1, 2, 3")
     assert answers_match("{1,3}", "\\{1,3\\}") and not answers_match("{1,3}", "\\{1,4\\}")
@@ -167,6 +167,13 @@ def test_policy_a_decimal_rounds_only_a_value_with_no_exact_decimal():
     assert not answers_match("0.34", "1/3") and not answers_match("0.3", "1/3")  # 1 place
     assert not answers_match("0.8", "3/4") and not answers_match("0.76", "3/4")  # 0.75 is exact
     assert not answers_match("0.33", "-1/3") and not answers_match("1.41", r"\sqrt2")
+    assert not answers_match("1/25", "1/24") and not answers_match(r"\frac{1}{100}", "1/200")
+    m1, m2 = (
+        r"\begin{pmatrix}0.33\\0.2\end{pmatrix}",
+        r"\begin{pmatrix}\frac13\\\frac15\end{pmatrix}",
+    )
+    assert answers_match(m1, m2) and not answers_match(m1.replace("0.2", "0.3"), m2)
+    assert not answers_match("0.33, 0.5", r"\{\frac13, \frac12\}")  # sets: exactly
 
 
 def test_a_colon_states_unless_the_sentence_is_an_instruction():
