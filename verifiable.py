@@ -1,61 +1,50 @@
 """
 Verifiable rewards: score a response by checking its final answer, in pure Python.
 
-Reinforcement learning with verifiable rewards (RLVR) needs no learned reward model: pull the
-final answer out of the response and compare it with the reference, exactly. This file does
-both, with re and the exact algebra of exact.py, and is safe on any str (no eval or exec, no
-regex that can backtrack catastrophically, bounded work on megabyte inputs: an answer longer
-than MAX_ANSWER_CHARS counts as no answer; exact.py bounds numbers and powers).
+RLVR needs no learned reward model: pull the final answer out of the response and compare it
+with the reference, exactly. This file does both with re and the exact algebra of exact.py, and
+is safe on any str: no eval or exec, no regex that can backtrack catastrophically, bounded work
+on megabyte inputs (an answer longer than MAX_ANSWER_CHARS counts as no answer).
 
     python verifiable.py          # a tiny demo
 
-Extraction order of extract_answer(text), first hit wins:
-  1. the last <answer>...</answer> block (or a last <answer> left unclosed); steps 2-5 run
-     inside it
-  2. the last \\boxed{} or \\fbox{}, with the boxes before it that only "and", "or", commas
+extract_answer(text), first hit wins:
+  1. the last <answer>...</answer> (or a last <answer> left unclosed); 2-5 run inside it
+  2. the last \\boxed{} / \\fbox{}, with the boxes before it that only "and", "or", commas
      or spacing separate from it: "\\boxed{2} and \\boxed{5}" is the one answer "2, 5"
   3. GSM8K's "#### x"
-  4. "the answer is x" / "answer: x" / a last line "A: x" (few-shot "Q: ... A: ...") / 答案是
-     x, to the end of its sentence or the display below it; of a sentence, what it states
-     (see 5): "Answer: 18 dollars, since ..." -> "18", "Answer: The smallest $k$ is 41" -> "41"
+  4. "the answer is x", "answer: x", 答案是 x, or a last line "A: x" (few-shot "Q: ... A:"),
+     to the end of its sentence: "Answer: 18 dollars, since ..." -> "18". It goes before 2
+     when it comes after the last box ("\\boxed{255} ... The final answer is $10,455$").
   5. the last sentence: the first math span after "hence / therefore / thus / so / we get";
-     else the sentence itself if it is only math ("$3 + 4 = 7$", "-5"); else its last math
-     span after "is", "=" or "answer" ("The identity matrix is $...$."); else the number after
-     its last "is" or "=" when no number follows it ("... = 24 hours."); else, in a sentence
-     with a concluding word, its only number ("Thus he spent $58 in all.").
-Policies, each measured on the dev corpus (bench/CORPUS.md): step 5 past its first clause, and
-the "A:" line of step 4, raised agreement with no false positive. A "$" before a number is a
-price, not LaTeX, unless a math span closes it ("$28.00 and $30.00" is two prices). A question
-is never an answer, nor an instruction ("Evaluate $2+3i$."). What stays out: the last number of
-the whole text, or any of several: a list of candidates ("A: 2\\nA: 3\\nA: 4", "The answer is
-5.\\nThe answer is 6.", "\\boxed{3} or \\boxed{4}") earns nothing, so ending on many numbers is
-never paid.
+     else the sentence if it is only math ("$3 + 4 = 7$", "-5"); else its last math span
+     after "is", "=" or ":" ("The identity matrix is $...$."); else the number after its last
+     "is" or "=" when nothing follows ("so 8 * 3 = 24 hours."); else, in a concluding
+     sentence, its only number ("Thus he spent $58 in all.").
+Measured on the dev corpus (bench/CORPUS.md), step 5 past its first clause, the "A:" line and
+the one-number rule each raised agreement and added no false positive. A "$" before a number
+is a price unless a math span closes it ("$28.00 and $30.00" are prices). A question or an
+instruction ("Evaluate $2+3i$.") states nothing. Ending on many numbers is never paid: the
+last number of the text is no answer, and a list of candidates ("A: 2\\nA: 3",
+"\\boxed{3} or \\boxed{4}", "The answer is 3.\\nThe answer is 4.") earns nothing.
 
-Matching (answers_match) is exact, not fuzzy. Both answers become a canonical string (LaTeX
-spacing, \\left/\\right, \\text{}, $, degrees and units removed), then an exact key (exact.key):
-3/4 == \\frac34 == 0.75; tuples and intervals keep order and brackets; lists, sets and a \\pm b
-are multisets, with "or", "and" and ";" as separators; matrices compare cell by cell whatever
-their brackets; equations compare up to a factor. Policies for grading what models write
-(tests cover both sides of each):
-- Labels: a labelled answer matches a bare one by its value: "(a,b)=(2,7)" == "(2,7)",
-  "PQ=3, RS=8" == "3, 8", "g(x)=2" == "2"; a chain "y=2+2+3=9=7" gives its last side. A label
-  is a name, not arithmetic ("x+1=5" is an equation, != "5"); two labelled answers compare
-  whole ("x=5" != "y=5").
-- Relations: an inequality in one variable is the set it allows: "y \\geq 3" == "3 \\le y" ==
-  "[3,\\infty)", "-40<b<6" == "(-40,6)"; "x>3" != "3".
-- Numbers: "1,000" is one thousand, "32, 349" (a space) a list; a comma followed by other than
-  three digits ("0,25") is a decimal comma against a number and a list against a list. Units
-  after a number go ("2,500.75€"); attached single letters only after a point or a grouping
-  comma ("3,000.5m²"), so "5m" stays algebra. "%" is a unit: "50%" == "50" != "0.5" (GSM8K
-  and MATH state the number of percent; 0.5 for 50 would accept factor-100 errors too).
-- A list never equals one of its elements: hedging ("\\boxed{3} or \\boxed{4}") earns nothing.
-- Bases and approximations: "4210_5" == "4210" (a base on one side only), != "4210_6";
-  "x = 1/3 \\approx 0.33" is 1/3 and "x \\approx 11" is 11. "14{,}916" and "1 000" are one
-  number, "1 2 3" a list; "{1,3}" is the set \\{1,3\\}.
+answers_match is exact: both answers become a canonical string (spacing, \\left, \\text{}, $,
+degrees and units gone), then a key (exact.key): 3/4 == \\frac34 == 0.75; tuples and intervals
+keep order; lists, sets and a \\pm b are multisets ("or", "and", ";" separate); matrices
+compare by cell; equations up to a factor. Policies (tests cover both sides of each):
+- Labels: "(a,b)=(2,7)" == "(2,7)", "g(x)=2" == "2", a chain "y=2+2+3=9=7" is 7; "x+1=5" is
+  an equation, not 5; "x=5" != "y=5".
+- Relations are the sets they allow: "y \\geq 3" == "[3,\\infty)", "-40<b<6" == "(-40,6)".
+- Numbers: "1,000", "1 000" and "14{,}916" are one number, "32, 349" and "1 2 3" lists, "0,25"
+  a decimal comma against a number; units after a number go ("2,500.75€", "45km"), "5m"
+  stays algebra; "50%" == "50" != "0.5". "4210_5" == "4210" (a base on one side only).
+- Rounding: a number written with 2+ decimals is a value with no exact decimal that long,
+  rounded or cut (0.33 for 1/3); 0.8 is not 3/4. "x = 1/3 \\approx 0.33" is 1/3.
+- A list never equals one of its elements; "{1,3}" is the set \\{1,3\\}.
 Text answers are case-sensitive; what the algebra leaves out is listed in exact.py.
 
-VerifiableRewardModel decodes input_ids[b, start:end] with end exclusive (Python slicing);
-ColossalChat's reward functions decode input_ids[s : e + 1], i.e. treat the end as inclusive.
+VerifiableRewardModel decodes input_ids[b, start:end], end exclusive (ColossalChat's reward
+functions decode input_ids[s : e + 1], the end inclusive).
 """
 
 import re
@@ -68,10 +57,8 @@ MAX_ANSWER_CHARS = 1000  # longer extracted answers count as no answer; answers_
 
 
 def _capped(s):
-    if s is None:
-        return None
-    s = s.strip()
-    return s if 0 < len(s) <= MAX_ANSWER_CHARS else None
+    s = None if s is None else s.strip()
+    return s if s and len(s) <= MAX_ANSWER_CHARS else None
 
 
 def _braced(text, i):
@@ -118,26 +105,22 @@ def extract_gsm8k(text):
     return _capped(text[i + 4 : i + 4 + MAX_ANSWER_CHARS + 2].split("\n", 1)[0])
 
 
-def _between_last(text, open_tag, close_tag):
-    end = text.rfind(close_tag)
-    start = text.rfind(open_tag, 0, max(end, 0))
-    return None if end < 0 or start < 0 else text[start + len(open_tag) : end]
-
-
 def extract_answer_tag(text):
     """The content of the last <answer>...</answer> block, or what follows a last <answer>
     left unclosed (a response cut at its stop token), or None."""
-    opened = text.rfind("<answer>")
-    if opened > text.rfind("</answer>"):
-        return _capped(text[opened + 8 : opened + 8 + MAX_ANSWER_CHARS + 1])
-    return _capped(_between_last(text, "<answer>", "</answer>"))
+    end = text.rfind("</answer>")
+    start = text.rfind("<answer>", 0, end) if end >= 0 else -1
+    if text.rfind("<answer>") > end:  # unclosed
+        start, end = text.rfind("<answer>"), text.rfind("<answer>") + 8 + MAX_ANSWER_CHARS + 1
+    return None if start < 0 else _capped(text[start + 8 : end])
 
 
 # rfind on a few spellings rather than a regex: no lower() (which can change string lengths
 # on some Unicode text) and no scan over every match of a megabyte of "answer is answer is".
 # "\nA:" is the last line of a "Q: ... A: ..." few-shot solution; 答案是 is "the answer is".
-_ANSWER_PHRASES = ("answer is", "Answer is", "ANSWER IS", "answer:", "Answer:", "ANSWER:",
-                   "\nA:", "答案是", "答案为", "答案：")  # fmt: skip
+_ANSWER_PHRASES = tuple(
+    "answer is|Answer is|ANSWER IS|answer:|Answer:|ANSWER:|\nA:|答案是|答案：".split("|")
+)
 
 
 _HEDGE = re.compile(r"^(?:[A-Z]:|(?:the )?answer is)? ?\$?([-0-9.,]+)\.?$", re.I)  # "A: 3"
@@ -191,8 +174,10 @@ _STATES = r"(?:=|\b(?:is|are|be|equals|was|makes?|gets?|gives?|of|[Aa]nswer)\b|'
 _STATED = re.compile(_STATES + r"\s*([-+]?[0-9][0-9,]*(?:\.[0-9]+)?)")
 # "... is $x$" and "Matrix with fractions: $M$" state x and M; "Simplify: $x$" does not
 _STATES_END = re.compile(r"(?:[=:]|\b(?:is|are|be|equals|was|gives?|of|[Aa]nswer)\b)[^0-9]{0,40}$")
-_IMPERATIVE = re.compile(r"(?:Simplify|Evaluate|Compute|Find|Solve|Calculate|Determine|Express"
-                         r"|Let|Given|Consider|Prove|Show|Write|Compare|Suppose)\b")  # fmt: skip
+_IMPERATIVE = re.compile(
+    r"(?:Simplify|Evaluate|Compute|Find|Solve|Calculate|Determine|Express|Let|Given|Consider|Prove"
+    r"|Show|Write|Compare|Suppose)\b"
+)
 _NUMBER = re.compile(r"[-+]?[0-9][0-9,]*(?:\.[0-9]+)?")
 _UNITS_ONLY = re.compile(r"(?<![0-9,.])" + _NUMBER.pattern + r"(?: [a-zA-Z]+){1,3}")
 _NOT_WORDS = r"(?!(?:or|and|to|plus|minus|times|over|pi)\b)"  # "5 or 6" is a list, not "5"
@@ -292,23 +277,32 @@ def extract_answer(text):
 
 # Unicode math as LaTeX: minus, times, dot, divide, fraction slash, no-break space, pi, root,
 # infinity, plus-minus, union, euro, pound, squared, cubed
-_UNICODE = str.maketrans(
-    dict(zip("\u2212\u00d7\u00b7\u00f7\u2044\u00a0\u03c0\u221a\u221e\u00b1\u222a\u20ac\u00a3\u00b2\u00b3",
-             ["-", "*", "*", "/", "/", " ", "\\pi ", "\\sqrt", "\\infty ", "\\pm ", "\\cup ",
-              "", "", "^2", "^3"], strict=True))
-)  # fmt: skip
+_UNICODE_MATH = (
+    "\u2212\u00d7\u00b7\u00f7\u2044\u00a0\u03c0\u221a\u221e\u00b1\u222a\u20ac\u00a3\u00b2\u00b3"
+)
+_AS_LATEX = "-|*|*|/|/| |\\pi |\\sqrt|\\infty |\\pm |\\cup |||^2|^3".split("|")
+_UNICODE = str.maketrans(dict(zip(_UNICODE_MATH, _AS_LATEX, strict=True)))
 _TEXT_CMDS = r"text|textbf|textit|textrm|textnormal|mathrm|mathbf|mathit|mbox"
 _TEXT_SPLIT = re.compile(r"(\\(?:" + _TEXT_CMDS + r")\s*\{|\\.|[{}])", re.S)
 _COMMAND = re.compile(r"\\(?:[a-zA-Z]+|.)", re.S)
-_COMMAND_MAP = {"\\ ": " "} | {  # relations become one character: \\le -> \u2264
-    command: to for to, commands in (
-        ("", "\\! \\, \\; \\: \\left \\right \\displaystyle \\% \\$ \\[ \\] \\( \\)"),
-        (" ", "\\quad \\qquad"), ("\\frac", "\\dfrac \\tfrac \\cfrac"), ("*", "\\cdot \\times"),
-        ("\u2983", "\\{"), ("\u2984", "\\}"), ("\u00b0", "\\circ \\degree"), ("<", "\\lt"),
-        (">", "\\gt"), ("\u2264", "\\le \\leq \\leqslant"), ("\u2265", "\\ge \\geq \\geqslant"),
-        ("\u2260", "\\ne \\neq"), ("\u2248", "\\approx"),
-    ) for command in commands.split()
-}  # fmt: skip
+_REWRITES = {  # what each group of commands becomes; relations become one character
+    "": "\\! \\, \\; \\: \\left \\right \\displaystyle \\% \\$ \\[ \\] \\( \\)",
+    " ": "\\quad \\qquad",
+    "\\frac": "\\dfrac \\tfrac \\cfrac",
+    "*": "\\cdot \\times",
+    "\u00b0": "\\circ \\degree",
+    "\u2264": "\\le \\leq \\leqslant",
+    "\u2265": "\\ge \\geq \\geqslant",
+    "\u2260": "\\ne \\neq",
+}
+_COMMAND_MAP = {c: to for to, commands in _REWRITES.items() for c in commands.split()} | {
+    "\\ ": " ",
+    "\\{": "\u2983",
+    "\\}": "\u2984",
+    "\\lt": "<",
+    "\\gt": ">",
+    "\\approx": "\u2248",
+}
 # whitespace goes, except the one space LaTeX needs between a command and a letter: "\cot x"
 _SPACES = re.compile(r"(\\[a-zA-Z]+)\s+(?=[a-zA-Z])|\s+")
 # single-token arguments get braces so \frac34, \frac 3 4 and \frac{3}{4} read the same
@@ -441,24 +435,23 @@ def answers_match(predicted, reference):
 # Every reward function has the signature fn(response: str, gt_answer: str | None) -> float.
 
 
-def _reference(gt_answer, extract):
-    return None if not isinstance(gt_answer, str) else (extract(gt_answer) or gt_answer.strip())
-
-
-def _accuracy(response, reference):
-    predicted = extract_answer(response)
+def _accuracy(response, gt_answer, extract):
+    """1.0 when the response's answer matches gt_answer's, read by extract or else whole."""
+    if not isinstance(gt_answer, str):
+        return 0.0
+    reference, predicted = extract(gt_answer) or gt_answer.strip(), extract_answer(response)
     return 1.0 if predicted is not None and answers_match(predicted, reference) else 0.0
 
 
 def gsm8k_reward(response, gt_answer):
     """1.0 if the response's answer matches; gt_answer is "18" or a whole "... #### 18" solution."""
-    return _accuracy(response, _reference(gt_answer, extract_gsm8k))
+    return _accuracy(response, gt_answer, extract_gsm8k)
 
 
 def math_reward(response, gt_answer):
     """1.0 if the response's answer matches; gt_answer is the answer or a \\boxed{} solution
     (boxes joined as in extract_boxes: "\\boxed{1}, \\boxed{2}" is the answer "1, 2")."""
-    return _accuracy(response, _reference(gt_answer, extract_boxes))
+    return _accuracy(response, gt_answer, extract_boxes)
 
 
 _TAGS = ("<think>", "</think>", "<answer>", "</answer>")
@@ -527,12 +520,7 @@ class VerifiableRewardModel:
         return [int(v) for v in values]
 
     def __call__(
-        self,
-        input_ids,
-        attention_mask=None,
-        response_start=None,
-        response_end=None,
-        gt_answer=None,
+        self, input_ids, attention_mask=None, response_start=None, response_end=None, gt_answer=None
     ):
         import torch  # lazily: the graders above work without torch
 
@@ -542,13 +530,14 @@ class VerifiableRewardModel:
             positions = torch.arange(1, length + 1, device=attention_mask.device)
             response_end = (attention_mask.ne(0) * positions).amax(dim=1)
         ends = self._per_row(length if response_end is None else response_end, batch)
-        rewards = []
-        for b in range(batch):
-            text = self.tokenizer.decode(input_ids[b, starts[b] : ends[b]].tolist())
-            gt = None if gt_answer is None else gt_answer[b]
-            rewards.append(
-                sum(w * fn(text, gt) for w, fn in zip(self.weights, self.reward_fns, strict=True))
-            )
+        texts = [
+            self.tokenizer.decode(input_ids[b, starts[b] : ends[b]].tolist()) for b in range(batch)
+        ]
+        gts = [None] * batch if gt_answer is None else gt_answer
+        rewards = [
+            sum(w * fn(t, gt) for w, fn in zip(self.weights, self.reward_fns, strict=True))
+            for t, gt in zip(texts, gts, strict=True)
+        ]
         return torch.tensor(rewards, dtype=torch.float32, device=input_ids.device)
 
     def to(self, *args, **kwargs):
@@ -558,15 +547,28 @@ class VerifiableRewardModel:
         return self
 
 
+DEMO = r"""
+$1,000.              | 1000
+\dfrac{3}{4}         | 0.75
+\frac{1}{\sqrt3}     | \frac{\sqrt{3}}{3}
+y = 2x + 3           | 2x - y + 3 = 0
+(a,b)=(2,7)          | (2, 7)
+y \geq 3             | [3, \infty)
+0,25                 | 0.25
+32, 349              | 32349
+50%                  | 0.5
+(3,4]                | (3,4)
+"""
+
+
 def main():
-    pairs = [("$1,000.", "1000"), (r"\dfrac{3}{4}", "0.75"), (r"\frac{1}{\sqrt3}", r"\frac{\sqrt{3}}{3}"),
-             ("y = 2x + 3", "2x - y + 3 = 0"), (r"(a,b)=(2,7)", "(2, 7)"), (r"y \geq 3", "[3, \\infty)"),
-             ("0,25", "0.25"), ("32, 349", "32349"), ("50%", "0.5"), ("(3,4]", "(3,4)")]  # fmt: skip
-    for predicted, reference in pairs:
+    for line in DEMO.strip().splitlines():
+        predicted, reference = (side.strip() for side in line.split("|"))
         print(f"{predicted!r:>24} vs {reference!r:<24} -> {answers_match(predicted, reference)}")
     response = "<think>2 + 2 = 4</think> <answer>The answer is \\boxed{4}.</answer>"
-    print(f"extract_answer -> {extract_answer(response)!r}, gated reward ->",
-          gated_math_reward(response, "4"))  # fmt: skip
+    print(
+        f"extract_answer -> {extract_answer(response)!r}, reward {gated_math_reward(response, '4')}"
+    )
 
 
 if __name__ == "__main__":
