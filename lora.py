@@ -119,6 +119,18 @@ def merge_lora(model):
     return model
 
 
+def merged_state_dict(model):
+    """model.state_dict() as merge_lora would leave it, without touching model: each adapted
+    projection's weight is W + alpha/r * B @ A under its original key, and no adapter key is
+    left. What a checkpoint stores, so that nothing that reads one needs to know of LoRA."""
+    adapted = {n: m for n, m in model.named_modules() if isinstance(m, LoRALinear)}
+    sd = {k: v for k, v in model.state_dict().items() if k.rsplit(".", 2)[0] not in adapted}
+    sd = {k: v for k, v in sd.items() if k.rsplit(".", 1)[0] not in adapted}
+    for name, module in adapted.items():
+        sd[f"{name}.weight"] = module.merged_weight().detach()
+    return sd
+
+
 def memory_stats(model):
     """Parameters that train vs those full fine-tuning would train (every parameter but the
     adapters, tied weights counted once), and the bytes each way of AdamW's two fp32 moments

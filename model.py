@@ -299,7 +299,16 @@ class Transformer(nn.Module):
         return self.output(self.hidden_states(tokens, attention_mask, cache=cache))
 
     def hidden_states(
-        self, tokens, attention_mask=None, *, positions=None, attn_mask=None, at=None, cache=None
+        self,
+        tokens,
+        attention_mask=None,
+        *,
+        positions=None,
+        attn_mask=None,
+        at=None,
+        cache=None,
+        layers=None,
+        states=None,
     ):
         """The forward: final normalised hidden states (B, T, dim), 0 at padding.
 
@@ -308,10 +317,14 @@ class Transformer(nn.Module):
         default the number of real tokens before each one. attn_mask (B, T, T) bool or a
         FlexAttention BlockMask: who reads whom, for packed rows; by default causal among a
         row's real tokens. at (B, k): columns whose states are wanted, returned as (B, k, dim);
-        the last layer runs its queries and FFN there alone. Padding is never computed."""
+        the last layer runs its queries and FFN there alone. Padding is never computed.
+        layers=(first, stop) runs self.layers[first:stop] alone: with stop < n_layers the
+        states come out before the final norm (what train_rm caches of frozen layers), and with
+        first > 0 `states` (B, T, dim) are the input of layer `first` instead of the embeddings."""
         self.check_tokens(tokens)
         B, T = tokens.shape
         start = 0 if cache is None else cache.len
+        first, stop = layers or (0, len(self.layers))
         real = None if attention_mask is None else attention_mask.to(tokens.device).bool()
         if positions is None:
             if start + T > self.config.max_seq_len:
@@ -327,21 +340,25 @@ class Transformer(nn.Module):
             raise ValueError(
                 f"position {int(positions.max())} exceeds max_seq_len {self.config.max_seq_len}"
             )
+        if (first > 0) != (states is not None) or (at is not None and stop < len(self.layers)):
+            raise ValueError("states are the input of layers[first] > 0; at needs the last layer")
         layout = self.layout(tokens, real, attn_mask, cache)
         readout = None if at is None else self.readout(at, real, layout)
         cos, sin = self.rope(positions.flatten())  # (B * T, head_dim / 2) each
         flat = tokens.flatten()
         if layout.index is not None:  # the padding leaves the stream here, for every layer
             flat, cos, sin = flat[layout.index], cos[layout.index], sin[layout.index]
-        x = self.tok_embeddings(flat)  # (N, dim)
-        for i, layer in enumerate(self.layers):
+        x = self.tok_embeddings(flat) if states is None else layout.tokens(states)  # (N, dim)
+        for i in range(first, stop):
             last = readout if i == len(self.layers) - 1 else None
             if self.gradient_checkpointing and self.training:
-                x = checkpoint(layer, x, cos, sin, layout, last, use_reentrant=False)
+                x = checkpoint(self.layers[i], x, cos, sin, layout, last, use_reentrant=False)
             else:
-                x = layer(x, cos, sin, layout, last)
+                x = self.layers[i](x, cos, sin, layout, last)
         if cache is not None:
             cache.len += T
+        if stop < len(self.layers):
+            return layout.rows(x)  # (B, T, dim), not normalised: the next layer's input
         x = self.norm(x)
         return layout.rows(x) if at is None else x.view(*at.shape, -1)  # (B, T|k, dim)
 

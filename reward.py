@@ -257,16 +257,25 @@ class RewardModel(ScalarHeadModel):
         return r[: chosen.size(0)], r[chosen.size(0) :]
 
     def forward_pair_packed(
-        self, tokens, segments, positions, chosen_end, rejected_end, flex=False
+        self, tokens, segments, positions, chosen_end, rejected_end, flex=False, states=None
     ):
         """(r_chosen, r_rejected), each (B,), from rows [prompt | chosen | rejected] packed by
         data/pairs.pack_pairs: the prompt the two responses share runs once, not twice. The
         mask and positions make each token see what it sees in its plain sequence, so the
-        rewards equal forward_pair's. flex=True uses FlexAttention (CUDA) for the mask."""
+        rewards equal forward_pair's. flex=True uses FlexAttention (CUDA) for the mask.
+        states: (first, (B, T, dim)) the rows' states before layer `first` (cache.py), from
+        which the forward runs the layers above it alone."""
         mask = packed_block_mask(segments) if flex else packed_attention_mask(segments)
         ends = torch.stack([chosen_end, rejected_end], 1)  # (B, 2)
+        first, x = states or (0, None)
         h = self.backbone.hidden_states(
-            tokens, segments >= 0, positions=positions, attn_mask=mask, at=ends
+            tokens,
+            segments >= 0,
+            positions=positions,
+            attn_mask=mask,
+            at=ends,
+            layers=(first, len(self.backbone.layers)),
+            states=x,
         )  # (B, 2, dim)
         r = apply_head(self.head, h)  # (B, 2)
         return r[:, 0], r[:, 1]

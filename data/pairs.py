@@ -454,10 +454,13 @@ class PackedBatch:
     rejected_end: torch.Tensor  # (B,) column of the rejected response's last token
     n_tokens: int  # tokens of the two plain sequences (the prompt twice): comparable with Batch
     n_packed: int  # real tokens in the packed rows (the prompt once): what is computed
+    states: tuple | None = None  # (first, (B, T, dim)): frozen layers' output, from cache.py
 
     def to(self, device):
         for k in ("tokens", "segments", "positions", "chosen_end", "rejected_end"):
             setattr(self, k, getattr(self, k).to(device, non_blocking=True))
+        if self.states is not None:
+            self.states = (self.states[0], self.states[1].to(device, non_blocking=True))
         return self
 
 

@@ -1,0 +1,134 @@
+"""
+Frozen layers computed once. With `--train_layers k` the bottom n - k layers of the backbone never
+change, so neither does their output for a given pair: train_rm.py computes it once per pair,
+keeps it on disk, and every step (every epoch) trains the top k layers and the head from it.
+
+    python train_rm.py --init model.gguf --dataset DIR --train_layers 4 --epochs 3   # cache on
+    python train_rm.py ... --train_layers 4 --cache false                             # recompute
+
+    cache = FrozenCache.open_or_build(rm.backbone, data, first=n - k, root=..., key=...)
+    b = data.collate_packed(idx, pad_id); b.states = cache.rows(idx, b.tokens.size(1))
+    r_c, r_r = rm.forward_pair_packed(..., states=b.states, first=cache.first)
+
+What is stored: each pair's packed row [prompt | chosen | rejected] (data/pairs.pack_pairs: the
+prompt once) through layers[:first], real tokens only, as float16 (bfloat16 if a value would
+overflow float16), in one memory-mapped file per split with the row offsets beside it: about
+2 * dim bytes per token. The forward from there is model.py's forward with
+layers=(first, n_layers): the same layers and layout as recomputing, so the loss and gradients
+equal recomputation up to the rounding of the stored states (tests/test_cache.py).
+
+Where: <dataset>/cache/<key>/, key = a hash of the checkpoint's path, size and modification
+time, the dataset file's, and `first`. A later run with the same checkpoint and data reuses it;
+another checkpoint, changed data or another k builds a new one. Built by rank 0 alone (the others
+wait): simple, and the build is a forward pass, cheaper than the training it saves.
+"""
+
+import hashlib
+import json
+import os
+import time
+
+import numpy as np
+import torch
+
+from cli import atomic_write
+from data.pairs import packed_attention_mask
+
+BATCH = 8  # pairs per forward while building
+
+
+def cache_key(*paths, first):
+    """A short hash of each path's identity (absolute path, size, modification time) and first."""
+    parts = [str(first)]
+    for p in paths:
+        st = os.stat(p)
+        parts.append(f"{os.path.abspath(p)}:{st.st_size}:{st.st_mtime_ns}")
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+
+class FrozenCache:
+    """The states of layers[:first] for every pair of one split: rows(idx, T) -> (B, T, dim)."""
+
+    def __init__(self, folder, split, first):
+        with open(os.path.join(folder, f"{split}.json")) as f:
+            info = json.load(f)
+        self.first, self.dim = first, info["dim"]
+        self.offsets = np.load(os.path.join(folder, f"{split}.offsets.npy"))  # (n + 1,) tokens
+        raw = np.memmap(os.path.join(folder, f"{split}.bin"), dtype=np.uint16, mode="c")
+        self.states = torch.from_numpy(raw.reshape(-1, self.dim)).view(
+            getattr(torch, info["dtype"])
+        )
+
+    def rows(self, indices, T):
+        """(B, T, dim) float32: each pair's stored states at the start of its packed row, zeros
+        after (padding, which the forward skips)."""
+        out = torch.zeros(len(indices), T, self.dim)
+        for b, i in enumerate(indices):
+            a, z = self.offsets[i], self.offsets[i + 1]
+            out[b, : z - a] = self.states[a:z].float()
+        return out
+
+    @classmethod
+    def open_or_build(cls, backbone, data, split, first, folder, pad_id, say=print):
+        """The cache of data (a PairDataset) in folder, built first if it is not there."""
+        if not os.path.exists(os.path.join(folder, f"{split}.json")):
+            try:
+                build(backbone, data, split, first, folder, pad_id, torch.float16, say)
+            except OverflowError:  # a state float16 cannot hold: bfloat16 has float32's range
+                say(f"cache {split}: a state exceeds float16's range; storing bfloat16")
+                build(backbone, data, split, first, folder, pad_id, torch.bfloat16, say)
+        return cls(folder, split, first)
+
+
+@torch.no_grad()
+def build(backbone, data, split, first, folder, pad_id, dtype, say=print):
+    """Run layers[:first] over every pair's packed row and store the real tokens' states."""
+    lengths = data.lengths(packed=True)  # (n,) real tokens of each packed row
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"{split}.bin")
+    out = np.memmap(
+        path + ".tmp", dtype=np.uint16, mode="w+", shape=(int(offsets[-1]), backbone.config.dim)
+    )
+    order = np.argsort(lengths, kind="stable")  # similar lengths together: little padding
+    was_training, t0 = backbone.training, time.time()
+    backbone.eval()
+    for k in range(0, len(order), BATCH):
+        idx = order[k : k + BATCH].tolist()
+        b = data.collate_packed(idx, pad_id)
+        h = backbone.hidden_states(
+            b.tokens,
+            b.segments >= 0,
+            positions=b.positions,
+            attn_mask=packed_attention_mask(b.segments),
+            layers=(0, first),
+        )  # (B, T, dim), before layer `first`
+        if h.abs().max() >= torch.finfo(dtype).max:
+            backbone.train(was_training)
+            raise OverflowError(f"a state reaches {h.abs().max():.3g}")
+        for row, i in enumerate(idx):
+            a, z = offsets[i], offsets[i + 1]
+            out[a:z] = h[row, : z - a].to(dtype).view(torch.uint16).numpy()
+        done = k + len(idx)
+        if done % (BATCH * 25) < BATCH or done == len(order):
+            rate = done / (time.time() - t0)
+            say(
+                f"cache {split}: {done}/{len(order)} pairs, {rate:.1f} pairs/s, "
+                f"{(len(order) - done) / rate:.0f}s left"
+            )
+    out.flush()
+    del out
+    os.replace(path + ".tmp", path)
+    np.save(os.path.join(folder, f"{split}.offsets.npy"), offsets)
+    with atomic_write(os.path.join(folder, f"{split}.json"), "w") as f:  # written last: complete
+        json.dump(
+            {
+                "dim": backbone.config.dim,
+                "dtype": str(dtype).split(".")[1],
+                "n": len(order),
+                "first": first,
+                "bytes": os.path.getsize(path),
+            },
+            f,
+        )
+    backbone.train(was_training)

@@ -1,0 +1,129 @@
+"""cache.py: the frozen layers' stored output gives the rewards, loss and gradients of computing
+them again (to the rounding of float16), is reused by a later run and rebuilt when the data
+changes; train_rm.py's --epochs evaluates at each epoch's end; --head_lr and --lora_rank train."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+from conftest import shared_path
+
+import train_rm
+from cache import FrozenCache, build, cache_key
+from data.pairs import PairDataset, packed_attention_mask, write_pairs
+from model import ModelConfig
+from reward import RewardModel, pairwise_loss
+
+V = 97
+
+
+@pytest.fixture
+def data(tmp_path):
+    g = np.random.default_rng(0)
+    items = [tuple(g.integers(1, V, int(n)) for n in g.integers(1, 30, 3)) for _ in range(21)]
+    write_pairs(tmp_path / "d.npz", items, V)
+    return PairDataset(tmp_path / "d.npz")
+
+
+def tiny(seed=0):
+    torch.manual_seed(seed)
+    cfg = ModelConfig(dim=48, n_layers=3, n_heads=4, n_kv_heads=2, vocab_size=V, hidden_dim=96)
+    rm = RewardModel.from_config(cfg)
+    with torch.no_grad():
+        rm.head.weight.normal_()  # a unit head makes reward errors visible
+    train_rm.train_top_layers(rm, 1)
+    return rm
+
+
+def loss_and_grads(rm, b, states=None):
+    rm.zero_grad()
+    ends = (b.chosen_end, b.rejected_end)
+    r_c, r_r = rm.forward_pair_packed(b.tokens, b.segments, b.positions, *ends, states=states)
+    loss = pairwise_loss("logsig", r_c, r_r)
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in rm.named_parameters() if p.grad is not None}
+    return torch.stack([r_c, r_r], 1).detach(), loss.item(), grads
+
+
+def test_cached_states_give_the_loss_and_gradients_of_recomputing(data, tmp_path):
+    rm = tiny()
+    build(rm.backbone, data, "train", 2, tmp_path / "c", 0, torch.float16, say=lambda *a: None)
+    cache = FrozenCache(tmp_path / "c", "train", 2)
+    assert cache.states.dtype == torch.float16 and len(cache.offsets) == len(data) + 1
+    idx = [3, 0, 17, 9, 20]
+    b = data.collate_packed(idx, 0)
+    r, loss, grads = loss_and_grads(rm, b)
+    r2, loss2, grads2 = loss_and_grads(rm, b, (cache.first, cache.rows(idx, b.tokens.size(1))))
+    assert set(grads) == set(grads2) and all(
+        "layers.2" in n or "head" in n or n == "backbone.norm.weight" for n in grads
+    )
+    # float16 keeps 11 bits: relative errors of a few 1e-4, far below what training moves
+    assert (r - r2).abs().max() < 2e-3 * r.abs().max()
+    assert abs(loss - loss2) < 1e-3
+    for n, g in grads.items():
+        assert (g - grads2[n]).abs().max() <= 5e-3 * g.abs().max(), n
+    # and a float32 copy of the same states (no rounding) gives them to float32's precision
+    with torch.no_grad():
+        exact = rm.backbone.hidden_states(
+            b.tokens,
+            b.segments >= 0,
+            positions=b.positions,
+            attn_mask=packed_attention_mask(b.segments),
+            layers=(0, 2),
+        )
+    r3, loss3, grads3 = loss_and_grads(rm, b, (2, exact))
+    assert (r - r3).abs().max() < 1e-5 and abs(loss - loss3) < 1e-6
+    for n, g in grads.items():
+        assert (g - grads3[n]).abs().max() <= 1e-5 * g.abs().max(), n
+
+
+def test_key_changes_with_the_data_and_the_layer(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.write_text("x"), b.write_text("y")
+    k = cache_key(a, b, first=2)
+    assert k == cache_key(a, b, first=2) and k != cache_key(a, b, first=3)
+    b.write_text("yy")  # the data changed: another cache
+    assert k != cache_key(a, b, first=2)
+
+
+@pytest.fixture(scope="module")
+def arith(tmp_path_factory):
+    from data.arith.prepare import main as prepare_arith
+
+    d = tmp_path_factory.mktemp("arith")
+    prepare_arith(["--out_dir", str(d), "--n_train", "200", "--n_val", "32"])
+    return str(d)
+
+
+def run(arith, out, *args):
+    init = shared_path("llama2c", "stories260K", "stories260K.bin")
+    argv = ["--dataset", arith, "--out_dir", out, "--init", init, "--lm_coef", 0, "--batch_size", 8]
+    argv += ["--eval_pairs", 32, "--log_interval", 1, "--train_layers", 2, *args]
+    return train_rm.main([str(a) for a in argv])
+
+
+def test_train_rm_epochs_cache_reuse_and_rebuild(arith, tmp_path, capsys):
+    res = run(arith, tmp_path / "a", "--epochs", 2, "--eval_interval", 1000)
+    out = capsys.readouterr().out
+    assert "cache train: 200/200 pairs" in out and "cache val: 32/32 pairs" in out
+    rows = [json.loads(line) for line in open(tmp_path / "a" / "log.jsonl")]
+    assert [r["step"] for r in rows if r["split"] == "eval"] == [0, 25, 50]  # 200 // 8 per epoch
+    (folder,) = os.listdir(os.path.join(arith, "cache"))
+    built = os.path.getmtime(os.path.join(arith, "cache", folder, "train.bin"))
+    # a second run reuses it, and computing the frozen layers again gives the same run
+    again = run(arith, tmp_path / "b", "--epochs", 2, "--eval_interval", 1000)
+    assert "cache train:" not in capsys.readouterr().out
+    assert os.path.getmtime(os.path.join(arith, "cache", folder, "train.bin")) == built
+    assert again == res
+    fresh = run(arith, tmp_path / "c", "--epochs", 2, "--eval_interval", 1000, "--cache", "false")
+    assert abs(fresh["loss"] - res["loss"]) < 0.02  # float16 inputs to the top 2 layers, 50 steps
+
+
+def test_head_lr_and_lora_train(arith, tmp_path):
+    res = run(arith, tmp_path / "a", "--max_iters", 3, "--head_lr", 1e-2, "--lora_rank", 4)
+    ckpt = torch.load(tmp_path / "a" / "ckpt.pt", weights_only=True)
+    assert not any("lora" in k for k in ckpt["model"])  # merged: the original keys
+    assert any("lora_A" in k for k in ckpt["trainable"]) and "head.weight" in ckpt["trainable"]
+    assert res["acc"] >= 0
