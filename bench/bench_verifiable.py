@@ -10,13 +10,17 @@ with the untouched gold answer; we report agreement with the labels and answers 
     python bench/bench_verifiable.py                 # full run (Math-Verify takes minutes)
     python bench/bench_verifiable.py --limit 200     # the first 200 gold answers per dataset
     python bench/bench_verifiable.py --out bench.md  # also write the table to a file
+    python bench/bench_verifiable.py --no_gold       # the labelled completions only (~15 s)
+    python bench/bench_verifiable.py --no_gold --misses dev   # nanoRM's wrong verdicts on dev
     python bench/bench_verifiable.py --completions a.jsonl b.jsonl  # other completion files
 
-Completions: rows {"reference", "completion", "equal", "kind", "split"} from
-bench/completions*.jsonl (or --completions). Each grader reads the whole completion and the
-reference; we report the share of equal pairs it recognises and of unequal pairs it wrongly
-accepts (false positives), per file and split ("dev" was looked at while writing
-verifiable.py, "heldout" was not).
+Completions: labelled rows {"reference", "completion", "equal", "split", "source"} from
+bench/completions.jsonl and bench/corpus_*.jsonl (see bench/CORPUS.md), or --completions.
+nanoRM grades with math_reward; Math-Verify reads the whole completion, the reference in $...$
+unless it has $ or a box. Per source and split ("dev" was read while changing verifiable.py,
+"heldout" was not) and overall: agreement with the labels, false positives (unequal pairs
+accepted) and false negatives; then both graders' completions per second, timed in this run,
+and their ratio.
 
 Math-Verify (pip install math-verify) is optional; without it only our figures are printed.
 It gets its input three ways (raw, wrapped in $...$, wrapped in \\boxed{}), and its best way
