@@ -1,4 +1,5 @@
-"""Tests for verifiable.py: extraction, exact matching, rewards, robustness, real data."""
+"""Tests for verifiable.py and extract.py: extraction, exact matching, rewards, robustness,
+real data."""
 
 import ast
 import json
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import exact
+import extract
 import verifiable as V
 from verifiable import answers_match, extract_answer, extract_boxed, extract_gsm8k
 
@@ -441,7 +443,7 @@ def test_graders_import_without_torch():
 
 
 def test_no_eval_or_exec_in_the_source():
-    for name in ("verifiable.py", "exact.py"):
+    for name in ("verifiable.py", "extract.py", "exact.py"):
         check_no_eval(ast.parse((ROOT / name).read_text()))
 
 
@@ -494,7 +496,7 @@ def test_hard_answers_return_quickly(text):
 
 
 def test_every_regex_is_fast_on_adversarial_text():
-    patterns = [v for m in (V, exact) for v in vars(m).values() if isinstance(v, re.Pattern)]
+    patterns = [v for m in (V, extract, exact) for v in vars(m).values() if isinstance(v, re.Pattern)]
     patterns += [p for _, p, _ in V._BRACE_ARGS]
     assert len(patterns) >= 8
     nasty = ["\\" * 100_000, "1" * 100_000 + "x", "a" * 100_000 + "1", " " * 100_000 + "x",
