@@ -223,8 +223,12 @@ def _only_number(sentence):
     return numbers[0] if len(numbers) == 1 else None
 
 
-# what may stand between boxes of one answer: "$x = \boxed{-2}$ or $x = \boxed{3}$"
-_JOINED = re.compile(r"(?:\s|[$,;&]|\\quad|\\qquad|\\,|\\text\{ ?(?:and|or) ?\}|and|or|[a-z] ?=)*")
+# what may stand between boxes of one answer: "$x = \boxed{-2}$ or $x = \boxed{3}$", math
+# delimiters and a subscripted label: "\( y_1 = \boxed{x+1} \) and \( y_2 = \boxed{3} \)"
+_LABEL = r"[a-zA-Z](?:_\{?[0-9a-z]{1,3}\}?)? ?="
+_JOINED = re.compile(
+    r"(?:\s|[$,;&]|\\[(),]|\\quad|\\qquad|\\text\{ ?(?:and|or) ?\}|and|or|" + _LABEL + ")*"
+)
 
 
 def extract_boxes(text):

@@ -209,11 +209,17 @@ def answers_match(predicted, reference):
 
 
 def _accuracy(response, gt_answer, extract):
-    """1.0 when the response's answer matches gt_answer's, read by extract or else whole."""
+    """1.0 when the response's answer matches gt_answer's, read by extract or else whole;
+    a reference too long to be an answer is a solution, read like a response."""
     if not isinstance(gt_answer, str):
         return 0.0
-    reference, predicted = extract(gt_answer) or gt_answer.strip(), extract_answer(response)
-    return 1.0 if predicted is not None and answers_match(predicted, reference) else 0.0
+    reference = extract(gt_answer) or gt_answer.strip()
+    if len(reference) > MAX_ANSWER_CHARS:  # it could never match: its final answer might
+        reference = extract_answer(gt_answer)
+    predicted = extract_answer(response)
+    if reference is None or predicted is None:
+        return 0.0
+    return 1.0 if answers_match(predicted, reference) else 0.0
 
 
 def gsm8k_reward(response, gt_answer):

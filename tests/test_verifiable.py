@@ -199,6 +199,12 @@ def test_boxes_that_make_one_answer():
     # hedging earns nothing: a list never equals one of its elements
     assert V.math_reward(r"\boxed{3} or \boxed{4}", "4") == 0.0
     assert V.math_reward(r"\boxed{3} or \boxed{4}", r"\{3, 4\}") == 1.0
+    # math delimiters and a subscripted label between boxes join them too
+    labelled = r"\( y_1 = \boxed{-2(x-1)^2+5} \) and \( y_2 = \boxed{3(x+2)^2-2} \)"
+    assert extract_answer(labelled) == "-2(x-1)^2+5, 3(x+2)^2-2"
+    assert V.math_reward(labelled, "y_1=-2x^2+4x+3, y_2=3x^2+12x+10") == 1.0
+    assert V.math_reward(labelled, "y_1=-2x^2+4x+3, y_2=3x^2+12x+11") == 0.0
+    assert extract_answer(r"\( y = \boxed{1} \) fails, so \( y = \boxed{2} \)") == "2"
 
 
 # ------------------------------------------------------------------ matching
@@ -367,6 +373,12 @@ def test_rewards():
     assert V.gsm8k_reward("#### 18", None) == 0.0
     assert V.math_reward(r"thus $\boxed{\dfrac{3}{4}}$", r"so \boxed{\frac34}") == 1.0
     assert V.math_reward(r"\boxed{3/4} no wait \boxed{4/3}", "3/4") == 0.0
+    # a reference too long to be an answer is a whole solution: its final answer counts
+    solution = "Let the stock be worth $100$. " * 40 + "Final Answer: The final answer is $28\\%$."
+    assert len(solution) > V.MAX_ANSWER_CHARS
+    assert V.math_reward(r"a total loss of $\boxed{28\%}$", solution) == 1.0
+    assert V.math_reward(r"a total loss of $\boxed{72\%}$", solution) == 0.0
+    assert V.math_reward(r"\boxed{28}", "Let the stock be worth $100$. " * 40) == 0.0
 
 
 def test_format_reward_and_gate():
