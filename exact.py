@@ -12,11 +12,12 @@ the value side of a labelled answer ("(a,b)=(2,7)" -> "(2,7)"); same_set() lets 
 match its interval. verifiable.answers_match decides when to use them.
 
 What it deliberately does not do: no eval or exec, no floats (nothing is ever rounded), no
-trigonometry, logarithms or factoring (compared as strings), no identity on symbols but
-i^2 = -1, and a symbol is one letter or \\pi ("ab" is a word, not a*b). Every step has a
-size limit below, so any str is handled in bounded time; past a limit the answer is
-compared as a string. It does not solve: "2x=8" is an equation, not the answer 4, and a
-relation is read only when one side is a name or it is linear in one symbol.
+factoring, no identity but i^2 = -1. A symbol is one letter or \\pi ("ab" is a word, not
+a*b). \\sin x, \\log_2 x, \\sqrt{x}, 10^{x} are opaque factors: they commute ("\\sin b\\cos a"
+== "\\cos a\\sin b") but no trigonometric or logarithmic identity applies. Every step has a
+size limit below, so any str is handled in bounded time; past a limit the answer is compared
+as a string. It does not solve: "2x=8" is an equation, not the answer 4, and a relation is
+read only when one side is a name or it is linear in one symbol.
 """
 
 import re
@@ -106,6 +107,15 @@ def _const(x):
     return x[(1, ())]
 
 
+# an opaque factor (\sin x, 10^{x}) is a symbol named by its exact parts: equal only to itself
+_FUNCTIONS = set("\\sin \\cos \\tan \\cot \\sec \\csc \\ln \\log \\exp".split())
+_STOPS = (None, "+", "-", ")", "}", "*", "/", "=", ",")  # what ends a function's argument
+
+
+def _opaque(name, *parts, power=1):
+    return {(1, ((name + repr(tuple(_frozen(p) for p in parts)), power),)): 1}
+
+
 class _Parser:
     """Recursive descent over tokens: sum of products of powers of atoms."""
 
@@ -155,8 +165,11 @@ class _Parser:
         if self.peek() != "^":
             return base
         self.take()
-        n = _const(self.atom())
-        if n.denominator != 1 or abs(n) > MAX_EXPONENT:
+        exponent = self.atom()
+        if set(exponent) - {(1, ())} or _const(exponent).denominator != 1:
+            return _opaque("^", base, exponent)  # 10^{x}, 2^{1/3}
+        n = _const(exponent)
+        if abs(n) > MAX_EXPONENT:
             raise _NoValue
         n = int(n)
         if n < 0:
@@ -173,6 +186,20 @@ class _Parser:
             if not n:
                 return out
             base = _mul(base, base)
+
+    def argument(self):
+        """What a function applies to: a bracketed group, else the factors up to the next
+        operator or function (\\sin 2x is \\sin(2x); \\sin x\\cos y is two factors)."""
+        if self.peek() in ("(", "{"):
+            return self.atom()
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise _NoValue
+        value = self.power()
+        while self.peek() not in _STOPS and self.peek() not in _FUNCTIONS:
+            value = _mul(value, self.power())
+        self.depth -= 1
+        return value
 
     def group(self, opener, closer):
         self.take(opener)
@@ -196,8 +223,17 @@ class _Parser:
         if token == "\\frac":
             numerator = self.group("{", "}")
             return _mul(numerator, _inverse(self.group("{", "}")))
+        if token in _FUNCTIONS:  # \sin x, \cos^2(2x), \log_2 8; \sin^{-1} x is refused
+            base = self.atom() if self.peek() == "_" and self.take() else {}
+            n = _const(self.atom()) if self.peek() == "^" and self.take() else 1
+            if n not in range(1, 10):
+                raise _NoValue
+            return _opaque(token, base, self.argument(), power=int(n))
         if token == "\\sqrt":
-            c = _const(self.group("{", "}"))
+            inside = self.group("{", "}")
+            if set(inside) - {(1, ())}:
+                return _opaque(token, inside)  # \sqrt{x}
+            c = _const(inside)
             out, inside = _squarefree(abs(c.numerator) * c.denominator)
             value = {(inside, ()): Fraction(out, c.denominator)} if c else {}
             return _mul(value, {(1, (("i", 1),)): 1}) if c < 0 else value
@@ -211,12 +247,9 @@ def _value(s):
     if _NUMBER.fullmatch(s):  # the common cases, without the parser
         return {(1, ()): Fraction(s) if "." in s else int(s)}
     m = _FRACTION.fullmatch(s)  # and "1\frac{4}{5}" is the mixed number 9/5, not 1 * 4/5
-    if m:
-        if int(m[4]) == 0:
-            return None
-        value = {
-            (1, ()): (int(m[2] or 0) + Fraction(int(m[3]), int(m[4]))) * (-1 if m[1] == "-" else 1)
-        }
+    if m and int(m[4]):  # (a zero denominator goes to the parser, which refuses it)
+        q = int(m[2] or 0) + Fraction(int(m[3]), int(m[4]))
+        value = {(1, ()): -q if m[1] == "-" else q}
     else:
         try:
             parser = _Parser(s)
@@ -234,16 +267,22 @@ def _frozen(value):
     return tuple(sorted((t, int(c) if c.denominator == 1 else c) for t, c in value.items() if c))
 
 
-def _equation(s):
-    """ "L=R" as L - R scaled so its largest term has coefficient 1, or None.
-    So 5x-7y+11z+4=0 == -5x+7y-11z=4, and y=2x+3 == 2x-y+3=0."""
-    left, _, right = s.partition("=")
+def _difference(left, right):
+    """The value of left - right, or None."""
     lv, rv = _value(left), _value(right)
     if lv is None or rv is None:
         return None
     for t, c in rv.items():
         lv[t] = lv.get(t, 0) - c
-    lv = {t: c for t, c in lv.items() if c}
+    return {t: c for t, c in lv.items() if c}
+
+
+def _equation(s):
+    """ "L=R" as L - R scaled so its largest term has coefficient 1, or None.
+    So 5x-7y+11z+4=0 == -5x+7y-11z=4, and y=2x+3 == 2x-y+3=0."""
+    lv = _difference(*s.split("="))
+    if lv is None:
+        return None
     lead = lv[max(lv)] if lv else 1
     return _frozen({t: Fraction(c) / lead for t, c in lv.items()})
 
@@ -269,29 +308,6 @@ def _constant(s):
     return None if value is None or any(syms for _, syms in value) else value
 
 
-def close(a, b):
-    """Keys equal up to rounding, for an a written in decimals: each number of 2+ places in a
-    is b's value rounded or cut to its places, when that value has no exact decimal of that
-    length (0.33 for 1/3, 0.0833 for 1/12, cell by cell in tuples and matrices). 0.8 for 3/4
-    stays wrong: 3/4 is exactly 0.75. Sets are compared exactly (their order is by value)."""
-    if a == b:
-        return True
-    if not (isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b) and a):
-        return False
-    if a[0] == b[0] == "num":
-        x, y = (dict(v).get((1, ())) if len(v) == 1 else None for v in (a[1], b[1]))
-        return None not in (x, y) and _rounds(Fraction(x), Fraction(y))
-    return a[0] != "set" and all(close(x, y) for x, y in zip(a, b, strict=True))
-
-
-def _rounds(d, x):
-    places = next((k for k in range(40) if (d * 10**k).denominator == 1), 0)
-    if places < 2 or (x * 10**places).denominator == 1 or (x < 0) != (d < 0):
-        return False
-    gap, place = abs(x) - abs(d), Fraction(1, 10**places)  # rounded: within half a place;
-    return abs(gap) <= place / 2 or 0 < gap < place  # cut: below x by less than a place
-
-
 def unlabel(s):
     """The value side of a labelled answer, item by item, or None when nothing is labelled:
     "(a,b)=(2,7)" -> "(2,7)", "PQ=3,RS=8" -> "3,8", "5=x" -> "5", a worked chain
@@ -310,13 +326,9 @@ def unlabel(s):
     return ",".join(items) if changed and all(items) else None
 
 
-def _bound(value):
-    return ("num", _frozen(value))
-
-
 def _interval(low, high, closed_low, closed_high):
-    low = key("-\\infty") if low is None else _bound(low)
-    high = key("\\infty") if high is None else _bound(high)
+    low = key("-\\infty") if low is None else ("num", _frozen(low))
+    high = key("\\infty") if high is None else ("num", _frozen(high))
     return ("seq", "[" if closed_low else "(", "]" if closed_high else ")", low, high)
 
 
@@ -332,17 +344,15 @@ def _one_sided(variable, op, value):
 
 def _linear(left, right):
     """(variable, a, rest) with left - right = a * variable + rest, rest a constant, or None."""
-    lv, rv = _value(left), _value(right)
-    if lv is None or rv is None:
+    lv = _difference(left, right)
+    if lv is None:
         return None
-    for t, c in rv.items():
-        lv[t] = lv.get(t, 0) - c
-    terms = [(t, c) for t, c in lv.items() if c and t[1]]
+    terms = [(t, c) for t, c in lv.items() if t[1]]
     if len(terms) != 1 or terms[0][0][0] != 1 or len(terms[0][0][1]) != 1:
         return None
     ((_, ((name, power),)), a) = terms[0]
-    rest = {t: c for t, c in lv.items() if c and not t[1]}
-    return None if power != 1 else (name, a, rest)
+    rest = {t: c for t, c in lv.items() if not t[1]}
+    return None if power != 1 or "(" in name else (name, a, rest)  # not \sin x > 0
 
 
 def relation(s):
@@ -385,21 +395,15 @@ def same_set(a, b):
 
 def split_top(s, sep):
     """Split s on sep where no bracket is open. Brackets of any kind count, so "(3,4]" works."""
-    parts, depth, start, i, n = [], 0, 0, 0, len(s)
-    while i < n:
-        c = s[i]
-        if c in "([{\u2983":
-            depth += 1
-        elif c in ")]}\u2984":
-            depth -= 1
-        elif depth == 0 and s.startswith(sep, i):
+    parts, depth, start, i = [], 0, 0, 0
+    while i < len(s):
+        if depth == 0 and s.startswith(sep, i):  # no separator starts with a bracket
             parts.append(s[start:i])
-            start = i + len(sep)
-            i = start
+            start = i = i + len(sep)
             continue
+        depth += (s[i] in "([{\u2983") - (s[i] in ")]}\u2984")
         i += 1
-    parts.append(s[start:])
-    return parts
+    return parts + [s[start:]]
 
 
 def wraps(s):
@@ -411,14 +415,6 @@ def wraps(s):
         if depth == 0:
             return i == len(s) - 1
     return False
-
-
-def _expand_pm(items):
-    out = []
-    for item in items:
-        a, pm, b = item.partition("\\pm")
-        out.extend([a + "+" + b, a + "-" + b] if pm and "\\pm" not in b else [item])
-    return out
 
 
 def key(s, depth=0):
@@ -452,4 +448,8 @@ def key(s, depth=0):
 
 def _multiset(items, depth):
     """Bare lists, sets and a \\pm b: order does not matter, repeats do."""
-    return ("set",) + tuple(sorted((key(x, depth + 1) for x in _expand_pm(items)), key=repr))
+    out = []
+    for item in items:  # a \pm b is the two items a + b, a - b
+        a, pm, b = item.partition("\\pm")
+        out.extend([a + "+" + b, a + "-" + b] if pm and "\\pm" not in b else [item])
+    return ("set",) + tuple(sorted((key(x, depth + 1) for x in out), key=repr))

@@ -32,8 +32,9 @@ functions decode input_ids[s : e + 1], the end inclusive).
 """
 
 import re
+from fractions import Fraction
 
-from exact import close, key, same_set, unlabel, wraps
+from exact import key, same_set, unlabel, wraps
 from extract import (  # noqa: F401 (all re-exported: callers import the extractors from here)
     MAX_ANSWER_CHARS,
     ONE_NUMBER,
@@ -169,6 +170,33 @@ def canonical(answer):
     if len(s) == 3 and s[0] == "(" and s[2] == ")" and s[1].isalpha():
         s = s[1]  # multiple choice "(B)" -> "B"
     return s[1:] if s.startswith("+") else s
+
+
+# ------------------------------------------------------------------ matching
+# exact.py never rounds; reading a written decimal as a rounded value is this file's policy.
+
+
+def close(a, b):
+    """exact.key()s equal up to rounding, for an a written in decimals: each number of 2+ places in a
+    is b's value rounded or cut to its places, when that value has no exact decimal of that
+    length (0.33 for 1/3, 0.0833 for 1/12, cell by cell in tuples and matrices). 0.8 for 3/4
+    stays wrong: 3/4 is exactly 0.75. Sets are compared exactly (their order is by value)."""
+    if a == b:
+        return True
+    if not (isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b) and a):
+        return False
+    if a[0] == b[0] == "num":
+        x, y = (dict(v).get((1, ())) if len(v) == 1 else None for v in (a[1], b[1]))
+        return None not in (x, y) and _rounds(Fraction(x), Fraction(y))
+    return a[0] != "set" and all(close(x, y) for x, y in zip(a, b, strict=True))
+
+
+def _rounds(d, x):
+    places = next((k for k in range(40) if (d * 10**k).denominator == 1), 0)
+    if places < 2 or (x * 10**places).denominator == 1 or (x < 0) != (d < 0):
+        return False
+    gap, place = abs(x) - abs(d), Fraction(1, 10**places)  # rounded: within half a place;
+    return abs(gap) <= place / 2 or 0 < gap < place  # cut: below x by less than a place
 
 
 def answers_match(predicted, reference):
