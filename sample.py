@@ -7,9 +7,11 @@ the story llama2.c's own test expects.
     python sample.py --ckpt path/to/hf_llama_dir --tokenizer path/to/tokenizer.model
     python sample.py --ckpt ../shared/data/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf \
         --tokenizer ../shared/data/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf --prompt "Hi"
+    python sample.py --ckpt out/ckpt.pt --prompt "1 + 2 ="    # a trained RM's backbone, its tokenizer
 
 One process, on the CPU: generation here is a demonstration, not a service, so there is no
-torchrun form. --ckpt takes any checkpoint checkpoints.load_transformer reads.
+torchrun form. --ckpt takes any checkpoint ckpt.load_backbone reads (train_rm's ckpt.pt, whose
+tokenizer it carries, and every format checkpoints.py reads).
 """
 
 import os
@@ -17,8 +19,9 @@ from dataclasses import asdict
 
 import torch
 
-from checkpoints import load_transformer
+from ckpt import checkpoint_tokenizer, load_backbone
 from cli import ArgumentParser, UsageError, is_torch_file, load_torch, run
+from data.tokenizer import load_tokenizer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STORIES = os.path.join(HERE, "..", "shared", "data", "llama2c", "stories260K")
@@ -33,8 +36,9 @@ def main(argv=None):
     )
     p.add_argument(
         "--tokenizer",
-        default=os.path.join(STORIES, "tok512.bin"),
-        help="a llama2.c .bin vocabulary, a sentencepiece .model, a .gguf or a tokenizer.json",
+        default=None,
+        help="a .bin vocabulary, .model, .gguf or tokenizer.json (default: the ckpt's own, "
+        "stories260K's tok512.bin for the default ckpt)",
     )
     p.add_argument("--prompt", default="")
     p.add_argument("--max_new_tokens", type=int, default=200)
@@ -49,23 +53,23 @@ def main(argv=None):
     ):
         if value is not None and not value >= least:  # not >=: a NaN fails too
             p.error(f"--{name} must be >= {least}, got {value}")
+    if args.tokenizer is None and args.ckpt == p.get_default("ckpt"):
+        args.tokenizer = os.path.join(STORIES, "tok512.bin")
     for path in (args.ckpt, args.tokenizer):
-        if not os.path.exists(path):
+        if path is not None and not os.path.exists(path):
             raise UsageError(f"{path} not found")
-
-    from data.tokenizer import load_tokenizer
 
     torch.manual_seed(args.seed)
     if is_torch_file(args.ckpt):
         load_torch(args.ckpt, mmap=True)  # a truncated .pt: one line, "X is corrupt (...)"
     try:
-        model = load_transformer(args.ckpt)
+        model = load_backbone(args.ckpt)
     except ValueError as e:  # the readers' "wrong format, truncated, shapes do not fit"
         raise UsageError(str(e) if args.ckpt in str(e) else f"{args.ckpt}: {e}") from None
     try:
-        tok = load_tokenizer(args.tokenizer)
+        tok = load_tokenizer(args.tokenizer) if args.tokenizer else checkpoint_tokenizer(args.ckpt)
     except (ValueError, RuntimeError) as e:  # sentencepiece raises RuntimeError
-        raise UsageError(f"{args.tokenizer} is not a readable tokenizer ({e})") from None
+        raise UsageError(f"{args.tokenizer or args.ckpt}: no readable tokenizer ({e})") from None
     n_params = sum(p.numel() for p in model.parameters())
     print(f"{n_params:,} parameters; config {asdict(model.config)}")
     ids = torch.tensor([tok.encode(args.prompt, bos=True)])

@@ -54,7 +54,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from data.pairs import PairDataset, bucketed_order, encode_pair, read_pairs, write_pairs  # noqa: I001
+from data.pairs import PairDataset, bucketed_order, encode_pair, write_pairs  # noqa: I001
+from data.rows import read_pairs
 from data.tokenizer import load_tokenizer
 from model import ModelConfig
 from reward import RewardModel, pad_and_concat, pairwise_loss, score_last_token
@@ -221,9 +222,7 @@ class Contender:
     def full_last_layer(self, b):
         """forward_pair without hidden_states' `at`: the last layer runs on every token."""
         tokens, mask = pad_and_concat(b.chosen, b.chosen_mask, b.rejected, b.rejected_mask)
-        r = score_last_token(
-            self.model.head, self.model.backbone.hidden_states(tokens, mask), mask
-        )
+        r = score_last_token(self.model.head, self.model.backbone.hidden_states(tokens, mask), mask)
         return r[: len(b.chosen)], r[len(b.chosen) :]
 
     def hf(self, b):

@@ -47,7 +47,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 from cli import ArgumentParser, UsageError, run
 from data.chat import chat_format
-from data.pairs import BadRowError, encode_pair, length_heuristics, read_pairs, write_pairs
+from data.pairs import encode_pair, length_heuristics, write_pairs
+from data.rows import BadRowError, read_pairs
 from data.tokenizer import load_tokenizer, tokenizer_fingerprint, train_sentencepiece
 
 EXTENSIONS = (".jsonl", ".jsonl.gz", ".json", ".json.gz")
@@ -111,15 +112,17 @@ def read_sources(sources, subset_key=None, strict=False):
     return subsets, dict(skipped), formats
 
 
-def split(subsets, val_frac, seed):
-    """{"train", "val"}: [(group, pair)], a fixed, seeded val_frac of each subset held out."""
+def split(subsets, val_frac, seed, max_train=None):
+    """{"train", "val"}: [(group, pair)], a fixed, seeded val_frac of each subset held out; the
+    rest trains, at most max_train pairs of each subset (the held-out rows are the same)."""
     splits = {"train": [], "val": []}
     for g, (subset, pairs) in enumerate(subsets.items()):
         random.Random(f"{seed}-{subset}").shuffle(pairs)  # the same rows for any tokenizer
         n_val = int(len(pairs) * val_frac)
+        train = pairs[n_val:][:max_train]
         splits["val"] += [(g, r) for r in pairs[:n_val]]
-        splits["train"] += [(g, r) for r in pairs[n_val:]]
-        print(f"{subset}: {len(pairs)} pairs, {n_val} held out")
+        splits["train"] += [(g, r) for r in train]
+        print(f"{subset}: {len(pairs)} pairs, {n_val} held out, {len(train)} to train on")
     return splits
 
 
@@ -145,6 +148,7 @@ def add_arguments(p):
     p.add_argument("--vocab_size", type=int, default=2048, help="when training a vocabulary")
     p.add_argument("--max_len", type=int, default=512, help="tokens per prompt + response")
     p.add_argument("--val_frac", type=float, default=0.2, help="held-out part of each subset")
+    p.add_argument("--max_train", type=int, default=None, help="training pairs per subset, at most")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--strict", action="store_true", help="stop at the first bad row")
     p.add_argument("--overwrite", action="store_true", help="replace an existing dataset")
@@ -153,6 +157,8 @@ def add_arguments(p):
 def check_arguments(p, args):
     if not 0 < args.val_frac < 1:
         p.error(f"--val_frac must be in (0, 1), got {args.val_frac}")
+    if args.max_train is not None and args.max_train < 1:
+        p.error(f"--max_train must be >= 1, got {args.max_train}")
     if args.max_len < 8 or args.vocab_size < 256:
         p.error("--max_len must be at least 8 and --vocab_size at least 256")
 
@@ -163,7 +169,7 @@ def prepare(args, sources, out):
     if os.path.exists(os.path.join(out, "meta.json")) and not args.overwrite:
         fail(f"{out} already holds a dataset: pass --overwrite to replace it, or --out_dir")
     subsets, skipped, formats = read_sources(sources, args.subset_key, args.strict)
-    splits = split(subsets, args.val_frac, args.seed)
+    splits = split(subsets, args.val_frac, args.seed, args.max_train)
     parent = os.path.dirname(out)
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=os.path.basename(out) + ".tmp-", dir=parent)

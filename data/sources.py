@@ -16,8 +16,9 @@ import re
 import tempfile
 from dataclasses import dataclass
 
-from data.pairs import BadRowError, PairDataset, dataset_dir, encode_pair, read_pairs, write_pairs
+from data.pairs import PairDataset, dataset_dir, encode_pair, write_pairs
 from data.prepare import subset_name
+from data.rows import BadRowError, read_pairs
 from verifiable import extract_gsm8k, gsm8k_reward
 
 HERE = os.path.dirname(os.path.abspath(__file__))

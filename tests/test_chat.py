@@ -10,7 +10,8 @@ import torch
 from conftest import pad, shared_path, tiny_model
 
 from data.chat import ChatFormat, chat_format, hh_text, hh_turns
-from data.pairs import encode_pair, read_pairs
+from data.pairs import encode_pair
+from data.rows import read_pairs
 from reward import RewardModel, last_real_index
 
 HH = (

@@ -21,9 +21,9 @@ from data.pairs import (
     encode_pair,
     pack_pairs,
     packed_attention_mask,
-    read_pairs,
     write_pairs,
 )
+from data.rows import read_pairs
 from model import ModelConfig, Transformer, apply_rope
 from reward import RewardModel, pairwise_loss, score_last_token
 

@@ -1,4 +1,4 @@
-"""data/pairs.py: the pair format, HH-RLHF splitting, truncation, and bad rows."""
+"""data/rows.py and data/pairs.py: the row formats, HH-RLHF splitting, bad rows, truncation."""
 
 import gzip
 import json
@@ -8,16 +8,8 @@ import pytest
 import torch
 from conftest import shared_path
 
-from data.pairs import (
-    BadRowError,
-    PairDataset,
-    encode_pair,
-    length_heuristics,
-    read_pairs,
-    split_conversation,
-    split_dialogue,
-    write_pairs,
-)
+from data.pairs import PairDataset, encode_pair, length_heuristics, write_pairs
+from data.rows import BadRowError, read_pairs, split_conversation, split_dialogue
 
 
 class CharTok:
@@ -126,7 +118,7 @@ GOOD = b'{"prompt": "p", "chosen": "a", "rejected": "b"}'
 def test_unreadable_rows_are_reported_and_the_rest_is_read(tmp_path, monkeypatch):
     """Bytes that are not UTF-8, an overlong line and a row broken by a raw newline are each
     reported at the line where the row starts; the rows after them are still read."""
-    import data.pairs as pairs_mod
+    import data.rows as pairs_mod
 
     monkeypatch.setattr(pairs_mod, "MAX_ROW_BYTES", 200)
     lines = [

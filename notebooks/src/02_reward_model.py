@@ -25,7 +25,8 @@ import torch
 
 import train_rm
 from data.arith.prepare import built_in
-from data.pairs import PairDataset, length_heuristics, read_pairs
+from data.pairs import PairDataset, length_heuristics
+from data.rows import read_pairs
 from data.tokenizer import load_tokenizer
 from model import ModelConfig
 from reward import (

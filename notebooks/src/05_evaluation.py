@@ -32,7 +32,8 @@ import eval_rm
 import train_rm
 from data import sources
 from data.hh_rlhf.prepare import main as prepare_hh
-from data.pairs import PairDataset, read_pairs
+from data.pairs import PairDataset
+from data.rows import read_pairs
 
 plt.rcParams.update({"figure.dpi": 72, "savefig.dpi": 72, "font.size": 9})
 torch.set_num_threads(1)  # a 0.2M-parameter model gains nothing from threads; kind to a shared CPU
