@@ -123,7 +123,10 @@ def extract_answer_is(text):
     line, _, below = rest.partition("\n")
     if not line.strip(" :*$\\[]("):  # "answer is:\n$$ 7 $$": displayed below
         line = line + " " + below.split("\n\n", 1)[0].replace("\n", " ")
-    rest = _SENTENCE_END.split(_uncurrency(line), 1)[0].replace("**", "").strip(" :")
+    rest = _SENTENCE_END.split(_uncurrency(line), 1)[0].replace("**", "")
+    rest = rest.replace('\\"', '"').strip(" :")
+    if rest[:1] == '"':  # 'the answer is "12 and 13".': the quotes are no part of it
+        rest = rest.rstrip(".").strip('"')
     if rest[:2].isalpha() and " is " in rest:
         rest = rest.rsplit(" is ", 1)[1]
     lead = _LEADING.match(rest)  # "Answer: 18 dollars, because ...", "18 (dieciocho)"

@@ -34,7 +34,7 @@ functions decode input_ids[s : e + 1], the end inclusive).
 import re
 from fractions import Fraction
 
-from exact import key, same_set, unlabel, wraps
+from exact import key, same_set, split_top, unlabel, wraps
 from extract import (  # noqa: F401 (all re-exported: callers import the extractors from here)
     MAX_ANSWER_CHARS,
     ONE_NUMBER,
@@ -100,6 +100,7 @@ _BASE = re.compile(r"(?<![0-9A-Z])([0-9A-Z]+)_\{([0-9]+)\}")  # 4210_{5} after c
 _OR_AND = re.compile(r"(?<!\s)\s+(?:or|and)\s+|(?<=\))or(?=\()")
 _ATTACHED = re.compile(r"(?<![0-9,.])([-+]?[0-9][0-9,.]*)([a-zA-Z]{1,3})(?:\^\{?[23]\}?)?")
 _UNITS = set("km cm mm m kg g mg ml mL L ft in mi h hr hrs min s sec mph".split())  # "45km"
+_NAME = re.compile(r"[a-zA-Z](?:_\{?[0-9a-zA-Z]{1,3}\}?)?")  # a variable: x, p, x_1, a_{12}
 
 
 def _unwrap_text(s):
@@ -133,6 +134,18 @@ def _drop_units(s):
     return head
 
 
+def _solutions(s):
+    """ "p=5,q=2;p=7,q=2" -> "(5,2),(7,2)": ";" separates solutions, each naming the same
+    variables in alphabetical order, the order of a tuple. Anything else is left as it is."""
+    groups = [[split_top(item, "=") for item in split_top(g, ",")] for g in split_top(s, ";")]
+    names = [[x[0].strip() for x in g] for g in groups]
+    if len(groups) < 2 or len(names[0]) < 2 or names[0] != sorted(names[0]):
+        return s
+    if any(n != names[0] for n in names) or not all(_NAME.fullmatch(x) for x in names[0]):
+        return s
+    return ",".join("(" + ",".join(x[1] for x in g) + ")" for g in groups)
+
+
 def canonical(answer):
     """The answer as a canonical string: no spacing, delimiters, units or LaTeX noise."""
     s = answer if answer.isascii() else answer.translate(_UNICODE)
@@ -154,6 +167,8 @@ def canonical(answer):
     m = None if s[-1:].isdigit() and "^" not in s else _ATTACHED.fullmatch(s)
     if m and m[2] in _UNITS and (len(m[2]) > 1 or "." in m[1] or "," in m[1]):
         s = m[1]  # a single letter only after 3.5 or 3,000: "5m" and "2k" stay algebra
+    if ";" in s and "=" in s:
+        s = _solutions(s)
     s = s.replace(";", ",").replace("{,}", ",")  # "14{,}916": LaTeX's spacing of a comma
     if " " in s and _SPACED.search(s):  # "1 000" is a thousand, "1 2 3" a list
         s = s.replace(" ", "") if _SPACED_THOUSANDS.fullmatch(s) else _SPACED.sub(",", s)

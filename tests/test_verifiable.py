@@ -102,6 +102,10 @@ def test_fewshot_final_line_and_answer_lines_with_more_text():
     assert extract_answer("Final answer: 18 (dieciocho).") == "18"
     assert extract_answer("The answer is 18.\n\n答案是18。") == "18"  # another language
     assert V.gsm8k_reward("所以答案是 $16$。", "16") == 1.0
+    # quotes around a stated answer are no part of it
+    quoted = 'The final answer is \\"$12$ and $13$\\". I hope it is correct.'
+    assert extract_answer(quoted) == "$12$ and $13$"
+    assert V.math_reward('The final answer is "$12$ and $13$".', r"\boxed{12\text{ and }13}") == 1.0
 
 
 def test_hedged_lists_of_candidates_earn_nothing():
@@ -317,6 +321,16 @@ def test_policy_inequalities_are_the_sets_they_allow():
     assert not answers_match(r"x \geq 3", r"(3, \infty)") and not answers_match("x > 3", "3")
     assert answers_match("6 > b > -40", "-40 < b < 6") and answers_match("t<2", "-t>-2")
     assert not answers_match("x < 3", "y < 3")  # two relations: the variable counts
+
+
+def test_policy_solutions_separated_by_semicolons_are_tuples():
+    # ";" between groups that name the same variables in alphabetical order: one tuple each
+    assert answers_match("p=5,q=2;p=7,q=2", "(5,2),(7,2)")
+    assert answers_match("p=5, q=2; p=7, q=2", "(7,2), (5,2)")
+    assert not answers_match("p=5,q=2;p=7,q=2", "(2,5),(2,7)")  # the order is p, q
+    assert not answers_match("q=2,p=5;q=2,p=7", "(2,5),(2,7)")  # no alphabetical order: no tuple
+    assert not answers_match("p=5,q=2;p=7,q=3", "(5,2),(7,2)")
+    assert answers_match("-3;-1", r"\{-3, -1\}") and answers_match("PQ=3; RS=8", "3, 8")
 
 
 def test_policy_decimal_comma_and_thousands():
