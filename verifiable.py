@@ -25,6 +25,8 @@ compare by cell; equations up to a factor. Policies (tests cover both sides of e
 - Rounding: a number written with 2+ decimals is a value with no exact decimal that long,
   rounded or cut (0.33 for 1/3); 0.8 is not 3/4. "x = 1/3 \\approx 0.33" is 1/3.
 - A list never equals one of its elements; "{1,3}" is the set \\{1,3\\}.
+- Solutions: "p=5,q=2;p=7,q=2" == "(5,2),(7,2)" (";" between groups that name the same
+  variables in alphabetical order). A reference too long to be an answer is read like a response.
 Text answers are case-sensitive; what the algebra leaves out is listed in exact.py.
 
 VerifiableRewardModel decodes input_ids[b, start:end], end exclusive (ColossalChat's reward
