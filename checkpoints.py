@@ -32,6 +32,7 @@ import struct
 
 import torch
 
+from cli import load_torch
 from model import ModelConfig, Transformer, rope_frequencies
 
 
@@ -109,9 +110,10 @@ def read_llama2c(path):
     llama2.c always ties the output to the embeddings, except a .bin with a negative vocab."""
     path = str(path)
     if path.endswith(".pt"):
-        ckpt = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
-        if "model" not in ckpt or "model_args" not in ckpt:
-            raise ValueError(f"{path}: expected keys 'model' and 'model_args', found {list(ckpt)}")
+        ckpt = load_torch(path, map_location="cpu", mmap=True)  # damaged: one line naming it
+        if not isinstance(ckpt, dict) or "model" not in ckpt or "model_args" not in ckpt:
+            found = list(ckpt) if isinstance(ckpt, dict) else type(ckpt).__name__
+            raise ValueError(f"{path}: expected keys 'model' and 'model_args', found {found}")
         config = {k: v for k, v in ckpt["model_args"].items() if k in LLAMA2C_ARGS}
         sd = {k.removeprefix("_orig_mod."): v for k, v in ckpt["model"].items()}  # torch.compile
         sd = {k: v for k, v in sd.items() if k not in ("freqs_cos", "freqs_sin")}  # we derive them
@@ -186,7 +188,7 @@ def read_meta(directory, max_seq_len=2048):
         raise FileNotFoundError(
             f"{ckpt_path} not found (only single-shard checkpoints are supported)"
         )
-    sd = torch.load(ckpt_path, map_location="cpu", mmap=True, weights_only=True)
+    sd = load_torch(ckpt_path, map_location="cpu", mmap=True)
     sd.pop("rope.freqs", None)  # Llama 2 ships a precomputed table; we derive it
     rope_scaling = None
     if params.get("use_scaled_rope"):  # Llama 3.1's published scaling constants

@@ -7,6 +7,7 @@ through here; foreign formats (llama2.c, Meta, Hugging Face, GGUF) are checkpoin
     ckpt = load_checkpoint(path)         # the dict below, checked: a bad file is one line
     step = resume(path, rm, optimizer, device, meta)
     tok = checkpoint_tokenizer(path)     # a ckpt.pt's carried tokenizer, a .gguf's, an HF dir's
+    model = load_backbone(path)          # the LLaMA of a ckpt.pt, or of any foreign checkpoint
 
 What ckpt.pt holds: one dict, torch.save'd, read with weights_only=True (tensors and plain data):
     kind, config, model   the class name (reward.py's KINDS), ModelConfig as a dict, state dict
@@ -15,6 +16,12 @@ What ckpt.pt holds: one dict, torch.save'd, read with weights_only=True (tensors
     data_meta, tokenizer  the dataset's meta.json (vocabulary, chat layout, subsets) and the
                           tokenizer's path when it was trained
     train_config          train_rm.py's options
+    length_calibration    {"kind": "linear_log_length", "coef": [a, b], "n"}: reward.py, eval_rm.py
+                          serve r - (a + b log L), L the response's tokens (calibrate.py)
+    reward_normalization  {"mean", "std", "n", "calibrated"} of the served rewards on held-out
+                          pairs, for reward.py --normalize; both written by update_checkpoint,
+                          both dropped by a new save (new weights: refit them)
+    trainable             LoRA runs only: the adapters and head (`model` holds them merged)
     optimizer, step, rng, cuda_rng   what --resume needs to continue exactly
 """
 
@@ -25,6 +32,7 @@ from functools import lru_cache
 
 import torch
 
+from checkpoints import load_transformer, transformer_from_state_dict
 from cli import UsageError, atomic_write, is_torch_file, load_torch
 from data.bpe import BPETokenizer
 from data.tokenizer import (
@@ -35,16 +43,33 @@ from data.tokenizer import (
 )
 from export_hf import bpe_tokenizer_files
 from gguf_reader import read_gguf_metadata
+from lora import merged_state_dict
+from model import ModelConfig
 
 MODEL_KEYS = {"kind", "config", "model"}
 
 
 # ----------------------------------------------------------------------------- writing
-def save_checkpoint(path, rm, meta=None, optimizer=None, step=None, train_config=None):
+def save_checkpoint(
+    path,
+    rm,
+    meta=None,
+    optimizer=None,
+    step=None,
+    train_config=None,
+    model_state=None,
+    optimizer_state=None,
+):
     """Write rm (and what resuming needs, when given) to path, atomically: written aside,
-    flushed to disk, then renamed, so a kill at any moment leaves the previous file whole."""
-    ckpt = {"kind": type(rm).__name__, "config": asdict(rm.backbone.config)}
-    ckpt["model"] = rm.state_dict()
+    flushed to disk, then renamed, so a kill at any moment leaves the previous file whole.
+    model_state, optimizer_state: a sharded rm's full state dicts (fsdp.full_state) to write
+    instead of rm's and optimizer's own, which hold only this rank's shards."""
+    kind = type(rm).__name__.removeprefix("FSDP")  # fsdp.py's fully_shard renames the class
+    ckpt = {"kind": kind, "config": asdict(rm.backbone.config)}
+    # LoRA adapters folded in: the original keys
+    ckpt["model"] = merged_state_dict(rm) if model_state is None else model_state
+    if ckpt["model"].keys() != rm.state_dict().keys():  # LoRA: resuming needs the adapters
+        ckpt["trainable"] = {n: p.detach() for n, p in rm.named_parameters() if p.requires_grad}
     if meta is not None:  # the vocabulary, chat layout and subsets the model was trained on
         ckpt.update(tokenizer=meta["tokenizer"], data_meta=meta)
         ckpt["tokenizer_files"] = carried_tokenizer(
@@ -53,7 +78,8 @@ def save_checkpoint(path, rm, meta=None, optimizer=None, step=None, train_config
     if train_config is not None:
         ckpt["train_config"] = asdict(train_config)
     if optimizer is not None:
-        ckpt.update(optimizer=optimizer.state_dict(), step=step, rng=torch.get_rng_state())
+        optimizer_state = optimizer.state_dict() if optimizer_state is None else optimizer_state
+        ckpt.update(optimizer=optimizer_state, step=step, rng=torch.get_rng_state())
         if torch.cuda.is_available():
             ckpt["cuda_rng"] = torch.cuda.get_rng_state_all()
     with atomic_write(path) as f:
@@ -119,9 +145,25 @@ def load_checkpoint(path, map_location="cpu"):
     return ckpt
 
 
-def resume(path, rm, optimizer, device, meta):
-    """Restore weights, optimizer and RNG from a checkpoint; returns its step."""
-    ckpt = load_checkpoint(path, map_location=device)
+def update_checkpoint(path, **keys):
+    """Set (or, for None, remove) top-level keys of a ckpt.pt, rewritten atomically: e.g. the
+    length calibration and normalization eval_rm.py --save_calibration measured on it."""
+    ckpt = load_torch(path, map_location="cpu")  # no mmap: the file is replaced below
+    if not isinstance(ckpt, dict) or not (MODEL_KEYS <= ckpt.keys() or _nested(ckpt)):
+        raise UsageError(f"{path} is not a nanoRM checkpoint: nothing stored in it")
+    for k, v in keys.items():
+        if v is None:
+            ckpt.pop(k, None)
+        else:
+            ckpt[k] = v
+    with atomic_write(path) as f:
+        torch.save(ckpt, f)
+
+
+def resume(path, rm, optimizer, device, meta, load_full_state=None):
+    """Restore weights, optimizer and RNG from a checkpoint; returns its step. load_full_state:
+    how a sharded rm takes its shards of the full state (fsdp.load_full_state), read on the CPU."""
+    ckpt = load_checkpoint(path, map_location="cpu" if load_full_state else device)
     if not {"optimizer", "rng", "step"} <= ckpt.keys():
         raise UsageError(f"{path} holds no optimizer state: it cannot be resumed")
     old = ckpt.get("data_meta") or {}
@@ -132,17 +174,38 @@ def resume(path, rm, optimizer, device, meta):
                 f"is {meta[key]}): resume with its --dataset, or start afresh with --overwrite"
             )
     try:
-        rm.load_state_dict(ckpt["model"])
+        if "trainable" in ckpt:  # LoRA: the frozen base is --init's; adapters and head from here
+            missing = {n for n, p in rm.named_parameters() if p.requires_grad} - ckpt[
+                "trainable"
+            ].keys()
+            if missing:
+                raise RuntimeError(f"missing {sorted(missing)[:3]}")
+            rm.load_state_dict(ckpt["trainable"], strict=False)
+        elif load_full_state:  # the optimizer's shards too
+            load_full_state(rm, optimizer, ckpt["model"], ckpt["optimizer"])
+        else:
+            rm.load_state_dict(ckpt["model"])
     except RuntimeError:  # another --model, --init or --lm_coef than the run it continues
         raise UsageError(
             f"{path} does not fit this model: resume with the options it was trained with "
             "(its train_config)"
         ) from None
-    optimizer.load_state_dict(ckpt["optimizer"])
+    if not load_full_state:
+        optimizer.load_state_dict(ckpt["optimizer"])
     torch.set_rng_state(ckpt["rng"].cpu())
     if "cuda_rng" in ckpt and device.startswith("cuda"):
         torch.cuda.set_rng_state_all([s.cpu() for s in ckpt["cuda_rng"]])
     return ckpt["step"]
+
+
+def load_backbone(path):
+    """The LLaMA of any checkpoint: our ckpt.pt's backbone (a reward model's, to generate with
+    or to start from), else whatever checkpoints.py reads (llama2.c, Meta, HF, GGUF)."""
+    if not is_ours(path):
+        return load_transformer(path)
+    ckpt = load_checkpoint(path)
+    sd = {k[9:]: v for k, v in ckpt["model"].items() if k.startswith("backbone.")}
+    return transformer_from_state_dict(ModelConfig(**ckpt["config"]), sd, path)
 
 
 # ----------------------------------------------------------------------------- the tokenizer

@@ -33,6 +33,7 @@ from matplotlib.figure import Figure
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from cache import FrozenCache, cache_key
 from ckpt import checkpoint_tokenizer, resume, save_checkpoint
 from cli import (
     AT_LEAST_1,
@@ -49,7 +50,9 @@ from data.arith.prepare import built_in
 from data.pairs import PairDataset, bucketed_order, dataset_dir
 from data.tokenizer import tokenizer_fingerprint
 from eval_rm import all_reduce_sum, evaluate, save, subsets_of, write_report
+from fsdp import full_state, gathered, load_full_state, no_sync, shard
 from length_head import LengthDebiasedRewardModel
+from lora import add_lora, memory_report
 from model import ModelConfig
 from reward import LOSSES, LMRegularizedRewardModel, RewardModel, accuracy, pairwise_loss
 
@@ -106,6 +109,27 @@ class TrainConfig:
     )
     length_head: bool = opt(False, "ODIN: a second head absorbs response length; the first scores")
     length_coef: float = opt(1.0, "--length_head: weight of ODIN's decorrelation terms")
+    epochs: int = opt(
+        0,
+        "> 0: this many passes over the training pairs (sets --max_iters), "
+        "the held-out evaluation at each one's end",
+        NON_NEGATIVE,
+    )
+    cache: bool = opt(
+        True,
+        "with --train_layers: the frozen layers' output computed once per "
+        "pair and stored (cache.py); every pass trains from it",
+    )
+    cache_dir: str = opt("", "where the cache goes (default: <dataset>/cache)")
+    head_lr: float = opt(0.0, "> 0: the head's peak learning rate (else --lr's)", NON_NEGATIVE)
+    lora_rank: int = opt(
+        0,
+        "> 0: LoRA adapters of this rank (lora.py) on the trained layers' "
+        "projections; the head trains fully",
+        NON_NEGATIVE,
+    )
+    lora_alpha: float = opt(16.0, "LoRA's scale alpha (the update is alpha / rank * B @ A)")
+    fsdp: bool = opt(False, "under torchrun: shard weights, grads and AdamW state (fsdp.py)")
     resume: bool = opt(False, "continue from out_dir/ckpt.pt")
     overwrite: bool = opt(False, "start afresh in an out_dir that holds a run (replaces its files)")
 
@@ -172,7 +196,7 @@ class PairStep(nn.Module):
         if c.pack:  # one row per pair, the prompt computed once (data/pairs.py pack_pairs)
             ends = (b.chosen_end, b.rejected_end)
             r_c, r_r = rm.forward_pair_packed(
-                b.tokens, b.segments, b.positions, *ends, flex=b.tokens.is_cuda
+                b.tokens, b.segments, b.positions, *ends, flex=b.tokens.is_cuda, states=b.states
             )
         else:
             r_c, r_r = rm.forward_pair(b.chosen, b.chosen_mask, b.rejected, b.rejected_mask)
@@ -245,7 +269,41 @@ def load_data(cfg, proc):
             f"{d} has {len(train)} training pairs, fewer than one global batch of {G}: "
             "lower --batch_size or --grad_accum"
         )
+    if cfg.epochs:  # each epoch is len(train) // G steps (the last partial batch is dropped)
+        cfg.max_iters = cfg.epochs * (len(train) // G)
     return meta, train, val
+
+
+def open_caches(cfg, proc, rm, train, val, say):
+    """(train, val) FrozenCache of the bottom layers' output, when --train_layers freezes some
+    and the model is the plain RM (the LM term and ODIN need more than the reward tokens);
+    else (None, None). A cached run trains and evaluates on packed rows, an exact re-layout."""
+    if not (cfg.cache and cfg.train_layers and type(rm) is RewardModel and cfg.init != "scratch"):
+        return None, None
+    cfg.pack, first = True, len(rm.backbone.layers) - cfg.train_layers
+    d = dataset_dir(cfg.dataset)
+    key = cache_key(cfg.init, os.path.join(d, "train.npz"), os.path.join(d, "val.npz"), first=first)
+    folder = os.path.join(cfg.cache_dir or os.path.join(d, "cache"), key)
+    say(f"cache of the bottom {first} layers: {folder}")
+    caches = []
+    for split, data in (("train", train), ("val", val)):
+        if proc.master:
+            FrozenCache.open_or_build(rm.backbone, data, split, first, folder, 0, say)
+        if proc.ddp:
+            dist.barrier()  # rank 0 built it; every rank reads it
+        caches.append(FrozenCache(folder, split, first))
+    return tuple(caches)
+
+
+def make_batch(data, idx, pad_id, packed, cache=None):
+    """One micro-batch: right-padded rows, or packed rows with, from a cache, the output of the
+    frozen layers that the forward then starts from."""
+    if not packed:
+        return data.collate(idx, pad_id)
+    b = data.collate_packed(idx, pad_id)
+    if cache is not None:
+        b.states = (cache.first, cache.rows(idx, b.tokens.size(1)))
+    return b
 
 
 def build_model(cfg, meta):
@@ -257,6 +315,8 @@ def build_model(cfg, meta):
         Model = LengthDebiasedRewardModel
     if cfg.pack and Model is LMRegularizedRewardModel:
         raise UsageError("--pack packs the plain reward model's pair: use it with --lm_coef 0")
+    if cfg.init != "scratch" and not os.path.exists(cfg.init):
+        raise UsageError(f"--init {cfg.init} not found (a .bin/.pt, .gguf, HF or Meta dir)")
     check_tokenizer(cfg, meta)  # before the weights are read: a wrong vocabulary fails fast
     if cfg.init == "scratch":
         shape = dict(MODELS[cfg.model], multiple_of=32, max_seq_len=cfg.max_seq_len)
@@ -264,7 +324,10 @@ def build_model(cfg, meta):
             ModelConfig(**shape, vocab_size=meta["vocab_size"], dropout=cfg.dropout)
         )
     else:
-        rm = Model.from_backbone_checkpoint(cfg.init)
+        try:
+            rm = Model.from_backbone_checkpoint(cfg.init)
+        except ValueError as e:  # the readers' "wrong format, shapes do not fit": one line
+            raise UsageError(str(e) if cfg.init in str(e) else f"{cfg.init}: {e}") from None
     vocab = rm.backbone.config.vocab_size
     if vocab < meta["vocab_size"]:
         raise UsageError(
@@ -273,6 +336,10 @@ def build_model(cfg, meta):
         )
     if cfg.train_layers:
         train_top_layers(rm, cfg.train_layers)
+    if cfg.lora_rank:  # on the trained layers (all, without --train_layers); the head trains
+        n = len(rm.backbone.layers)
+        add_lora(rm, cfg.lora_rank, cfg.lora_alpha, range(n - (cfg.train_layers or n), n))
+        print(memory_report(rm))
     if Model is not LMRegularizedRewardModel and not rm.backbone.config.tie_embeddings:
         # a plain reward model never uses the LM head: freeze it, or DDP waits for its gradient
         rm.backbone.output.weight.requires_grad_(False)
@@ -316,11 +383,16 @@ def train_top_layers(rm, n):
 
 def make_optimizer(rm, cfg, device):
     """AdamW on the weights that train, with decay on matrices only (never norms and biases)."""
+    head = {id(p) for p in rm.head.parameters()} if cfg.head_lr else set()
     params = [p for p in rm.parameters() if p.requires_grad]
+    body = [p for p in params if id(p) not in head]
     groups = [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
-        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+        {"params": [p for p in body if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+        {"params": [p for p in body if p.dim() < 2], "weight_decay": 0.0},
     ]
+    if head:  # its own peak, on the same schedule: lr_scale multiplies get_lr's value
+        heads = [p for p in params if id(p) in head]
+        groups.append({"params": heads, "weight_decay": 0.0, "lr_scale": cfg.head_lr / cfg.lr})
     fused = device.startswith("cuda")
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95), fused=fused), params
 
@@ -432,9 +504,12 @@ def main(argv=None):
     torch.manual_seed(cfg.seed)  # same initial weights on every rank
     meta, train, val = load_data(cfg, proc)
     rm = build_model(cfg, meta).to(proc.device)
+    if cfg.fsdp:  # before the optimizer, which must hold the shards
+        shard(rm, proc)
     optimizer, params = make_optimizer(rm, cfg, proc.device)
     ckpt_path, log_path = (os.path.join(cfg.out_dir, f) for f in ("ckpt.pt", "log.jsonl"))
-    step = resume(ckpt_path, rm, optimizer, proc.device, meta) if cfg.resume else 0
+    load = load_full_state if cfg.fsdp else None  # a full state, scattered into the shards
+    step = resume(ckpt_path, rm, optimizer, proc.device, meta, load) if cfg.resume else 0
     say = print if proc.master else lambda *args, **kwargs: None  # rank 0 speaks and writes
     if cfg.resume:
         say(f"resuming from step {step} of {ckpt_path}")
@@ -442,44 +517,51 @@ def main(argv=None):
         os.makedirs(cfg.out_dir, exist_ok=True)
         start_log(log_path, keep_until=step if cfg.resume else None)
     say(describe(rm, cfg, proc, train, val))
+    caches = open_caches(cfg, proc, rm, train, val, say)
     trainer = PairStep(rm, cfg)
     if cfg.compile:
         trainer = torch.compile(trainer)
-    if proc.ddp:
+    if proc.ddp and not cfg.fsdp:
         trainer = DDP(trainer, device_ids=[proc.local_rank] if proc.cuda else None)
     log = lambda row: proc.master and append_row(log_path, row)
     # once in a while: evaluate on the held-out pairs (all ranks take part)
     scoring = dict(loss=cfg.loss, margin=cfg.margin, center_coef=cfg.center_coef, ctx=proc.ctx)
-    scoring.update(n_pairs=cfg.eval_pairs, rank=proc.rank, world=proc.world)
-    held_out = lambda last: evaluate(
-        rm, val, meta["pad_id"], cfg.batch_size, **scoring, return_rewards=last
-    )
+    scoring.update(n_pairs=cfg.eval_pairs, rank=proc.rank, world=proc.world, cache=caches[1])
+
+    def held_out(last):  # under FSDP on the whole weights, gathered once (fsdp.gathered: why)
+        with gathered(rm) if cfg.fsdp else nullcontext():
+            return evaluate(rm, val, meta["pad_id"], cfg.batch_size, **scoring, return_rewards=last)
+
     speed, start_step, ev, rewards = Speedometer(), step, None, None
     while True:
-        if step % cfg.eval_interval == 0 or step == cfg.max_iters:
+        epoch_end = cfg.epochs and step % (cfg.max_iters // cfg.epochs) == 0
+        if step % cfg.eval_interval == 0 or step == cfg.max_iters or epoch_end:
             # skipped: a resumed step (evaluated before its save) and, if asked, step 0
             if not (cfg.resume and step == start_step) and (step or cfg.eval_first):
                 ev, rewards = held_out(step == cfg.max_iters)  # the last keeps its rewards
                 log(dict(step=step, split="eval", **ev))
                 say(f"step {step}: eval loss {ev['loss']:.4f} acc {ev['acc']:.4f}", end="")
                 say(f" margin {ev['margin']:.3f}")
-                if proc.master and step > start_step:
-                    save_checkpoint(ckpt_path, rm, meta, optimizer, step, cfg)
+                if step > start_step:  # under FSDP all ranks gather the state, rank 0 writes
+                    full = full_state(rm, optimizer) if cfg.fsdp else {}
+                    if proc.master:
+                        save_checkpoint(ckpt_path, rm, meta, optimizer, step, cfg, **full)
         if step == cfg.max_iters:
             break
         lr = get_lr(step, cfg)
         for g in optimizer.param_groups:
-            g["lr"] = lr
+            g["lr"] = lr * g.get("lr_scale", 1.0)
         # forward backward update, with gradient accumulation to simulate a larger batch.
         # tokens_computed is for MFU: with --pack each prompt is computed once, not twice
         metrics = dict(objective=0.0, loss=0.0, acc=0.0, tokens=0, tokens_computed=0)
         for micro in range(cfg.grad_accum):
             idx = batch_indices(step, micro, proc.rank, proc.world, cfg, train)
-            collate = train.collate_packed if cfg.pack else train.collate
-            b = collate(idx, meta["pad_id"]).to(proc.device)
+            b = make_batch(train, idx, meta["pad_id"], cfg.pack, caches[0]).to(proc.device)
             # sync gradients across ranks only on the last micro-step: once per optimizer step
             last_micro = micro == cfg.grad_accum - 1
-            sync = trainer.no_sync() if proc.ddp and not last_micro else nullcontext()
+            sync = nullcontext()
+            if proc.ddp and not last_micro:  # DDP's no_sync, or FSDP's (fsdp.py)
+                sync = no_sync(rm) if cfg.fsdp else trainer.no_sync()
             with sync, proc.ctx:
                 out = trainer(b)
                 # each micro-step's loss is a mean over its pairs; dividing by grad_accum makes

@@ -1,54 +1,61 @@
 #!/usr/bin/env bash
-# SmolLM2-135M-Instruct -> reward models on Anthropic HH-RLHF, on a 2-core CPU in under an hour.
+# SmolLM2-135M-Instruct -> ONE reward model for all four shared HH-RLHF subsets, on a 2-core CPU.
 #
 #   bash recipes/hh_smollm2.sh                       # reads ../shared/data, writes out/hh-smollm2/
+#   /usr/bin/time -v bash recipes/hh_smollm2.sh      # with its wall time and peak memory
 #   GGUF=path/to/SmolLM2-135M-Instruct.Q4_1.gguf HH=path/to/hh-rlhf bash recipes/hh_smollm2.sh
-#   EXTRA="--length_head" OUT=out/hh-smollm2-odin bash recipes/hh_smollm2.sh   # ODIN's length head
+#   EPOCHS=3 LR=5e-5 HEAD_LR=1e-3 OUT=out/hh-x bash recipes/hh_smollm2.sh   # another setting
 #
 # Without the shared data: HH-RLHF's files are at
 #   https://huggingface.co/datasets/Anthropic/hh-rlhf (<subset>/test.jsonl.gz, train.jsonl.gz)
 # and any SmolLM2-135M-Instruct .gguf (F32/F16/BF16/Q8_0/Q4_0/Q4_1 tensors) or Hugging Face
 # directory (config.json + model.safetensors + tokenizer.json) works as GGUF=...
 #
-# For each subset (helpful-base, then harmless-base):
-#   1. prepare.py renders its pairs in SmolLM2's ChatML layout with SmolLM2's own byte-level BPE
-#      vocabulary (read from the .gguf), the reward read at the <|im_end|> that ends the response,
-#      and keeps a fixed, seeded 20% of the pairs as held-out pairs.
-#   2. train_rm.py trains the top 4 of SmolLM2's 30 layers and a scalar head for one pass over
-#      the training part; the bottom 26 are frozen (no gradients, no stored activations), and each
-#      pair is one packed row [prompt | chosen | rejected], so the prompt is computed once.
-#   3. train_rm.py's final evaluation writes OUT/<subset>/eval.json and its plots (eval_rm.py's
-#      code); the last step merges them into OUT/eval.json.
-# One model per subset: trained on both at once, the same setup learned neither (README.md).
+#   1. prepare.py renders all four subsets' pairs (8,552) in SmolLM2's ChatML layout with its own
+#      byte-level BPE vocabulary (read from the .gguf), the reward read at the <|im_end|> that
+#      ends the response, holds out a fixed, seeded 20% of EACH subset (1,699 pairs), and keeps
+#      MAX_TRAIN of each subset's other pairs to train on (all of them: MAX_TRAIN=100000).
+#   2. train_rm.py trains the top LAYERS of SmolLM2's 30 layers and a scalar head, one model on
+#      the union of the four training parts, for EPOCHS passes. The bottom layers are frozen:
+#      their output is computed once per pair and cached on disk (cache.py, in the dataset's
+#      cache/ folder; a second run with the same data and checkpoint reuses it), so a pass costs
+#      the top layers only. Each pair is one packed row [prompt | chosen | rejected].
+#   3. The held-out pairs of every subset are scored at each epoch's end; the last evaluation
+#      writes OUT/eval.json (per subset) and its plots, and the summary below.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GGUF=${GGUF:-../shared/data/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf}
 HH=${HH:-../shared/data/hh-rlhf}
 OUT=${OUT:-out/hh-smollm2}
-SUBSETS=${SUBSETS:-helpful-base harmless-base}
+DATA=${DATA:-data/hh_rlhf/smollm2-hh}
+LAYERS=${LAYERS:-4}
+EPOCHS=${EPOCHS:-2}
+LR=${LR:-3e-5}
+HEAD_LR=${HEAD_LR:-0}
+BATCH=${BATCH:-8}
+MAX_LEN=${MAX_LEN:-320}
+MAX_TRAIN=${MAX_TRAIN:-800}  # training pairs per subset: the frozen layers' cache fits the hour
 EXTRA=${EXTRA:-}
 
-for subset in $SUBSETS; do
-    data=data/hh_rlhf/smollm2-$subset
-    python data/hh_rlhf/prepare.py --src "$HH/$subset/test.jsonl.gz" --tokenizer "$GGUF" \
-        --max_len 320 --out_dir "$data" --overwrite
-    n_train=$(python -c "import json,sys; print(json.load(open(sys.argv[1]))['subsets'][sys.argv[2]]['n_train'])" "$data/meta.json" "$subset")
-    python train_rm.py --init "$GGUF" --dataset "$data" --out_dir "$OUT/$subset" --overwrite \
-        --lm_coef 0 --pack --train_layers 4 --batch_size 8 --max_iters $((n_train / 8)) \
-        --lr 3e-5 --min_lr 3e-6 --warmup 10 --weight_decay 0 \
-        --eval_first false --eval_interval 100000 --eval_pairs 100000 --log_interval 10 $EXTRA
-done
-python - "$OUT" $SUBSETS <<'PY'
+if [ ! -f "$DATA/meta.json" ]; then  # prepared once; later runs (other settings) reuse it
+    python data/hh_rlhf/prepare.py --src "$HH" --tokenizer "$GGUF" --max_len "$MAX_LEN" \
+        --max_train "$MAX_TRAIN" --out_dir "$DATA"
+fi
+python train_rm.py --init "$GGUF" --dataset "$DATA" --out_dir "$OUT" --overwrite \
+    --lm_coef 0 --pack --train_layers "$LAYERS" --batch_size "$BATCH" --epochs "$EPOCHS" \
+    --lr "$LR" --min_lr "$(python -c "print($LR / 10)")" --head_lr "$HEAD_LR" --warmup 20 \
+    --weight_decay 0 --eval_first false --eval_interval 100000 --eval_pairs 100000 \
+    --log_interval 50 $EXTRA
+python - "$OUT" <<'PY'
 import json, sys
-out, subsets = sys.argv[1], sys.argv[2:]
-merged = {"subsets": {}, "models": {}}
-for s in subsets:
-    merged["subsets"][s] = json.load(open(f"{out}/{s}/eval.json"))["subsets"][s]
-    merged["models"][s] = f"{out}/{s}/ckpt.pt"
-json.dump(merged, open(f"{out}/eval.json", "w"), indent=1)
-print(f"wrote {out}/eval.json")
-for s, m in merged["subsets"].items():
+out = sys.argv[1]
+res = json.load(open(f"{out}/eval.json"))
+print(f"{'subset':26s} {'n':>5s} {'acc':>6s} {'longer':>7s} {'shorter':>7s} {'margin':>7s} "
+      f"{'len_bal':>7s} {'len_corr':>8s}")
+for s, m in {**res["subsets"], "overall": res["overall"]}.items():
     best = max(m["longer_wins"], m["shorter_wins"])
-    print(f"  {s:14s} n {m['n']}  accuracy {m['accuracy']:.3f}  longer wins {m['longer_wins']:.3f}"
-          f"  shorter wins {m['shorter_wins']:.3f}  margin over the better heuristic {m['accuracy'] - best:+.3f}")
+    bal = m.get("length_balanced_accuracy", float("nan"))
+    print(f"{s:26s} {m['n']:5d} {m['accuracy']:6.3f} {m['longer_wins']:7.3f} "
+          f"{m['shorter_wins']:7.3f} {m['accuracy'] - best:+7.3f} {bal:7.3f} "
+          f"{m['length_corr'] or float('nan'):+8.3f}")
 PY
