@@ -6,9 +6,9 @@ keeps it on disk, and every step (every epoch) trains the top k layers and the h
     python train_rm.py --init model.gguf --dataset DIR --train_layers 4 --epochs 3   # cache on
     python train_rm.py ... --train_layers 4 --cache false                             # recompute
 
-    cache = FrozenCache.open_or_build(rm.backbone, data, first=n - k, root=..., key=...)
-    b = data.collate_packed(idx, pad_id); b.states = cache.rows(idx, b.tokens.size(1))
-    r_c, r_r = rm.forward_pair_packed(..., states=b.states, first=cache.first)
+    train_cache, val_cache = open_caches_of(rm.backbone, init, dataset_dir, first, train, val, ...)
+    b = train.collate_packed(idx, pad_id, train_cache)   # b.states: (first, (B, T, dim))
+    r_c, r_r = rm.forward_pair_packed(..., states=b.states)
 
 What is stored: each pair's packed row [prompt | chosen | rejected] (data/pairs.pack_pairs: the
 prompt once) through layers[:first], real tokens only, as float16 (bfloat16 if a value would
@@ -30,6 +30,7 @@ import time
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from cli import atomic_write
 from data.pairs import packed_attention_mask
@@ -132,3 +133,22 @@ def build(backbone, data, split, first, folder, pad_id, dtype, say=print):
             f,
         )
     backbone.train(was_training)
+
+
+def open_caches_of(backbone, init, data_dir, first, train, val, proc, cache_dir="", say=print):
+    """The (train, val) FrozenCache of a prepared dataset in data_dir for the checkpoint init,
+    layers[:first]: in cache_dir (default data_dir/cache)/<key>, built by rank 0 if missing
+    while the other ranks wait, then opened by every rank."""
+    paths = (os.path.join(data_dir, f"{split}.npz") for split in ("train", "val"))
+    folder = os.path.join(
+        cache_dir or os.path.join(data_dir, "cache"), cache_key(init, *paths, first=first)
+    )
+    say(f"cache of the bottom {first} layers: {folder}")
+    caches = []
+    for split, data in (("train", train), ("val", val)):
+        if proc.master:
+            FrozenCache.open_or_build(backbone, data, split, first, folder, 0, say)
+        if proc.ddp:
+            dist.barrier()  # rank 0 built it; every rank reads it
+        caches.append(FrozenCache(folder, split, first))
+    return tuple(caches)

@@ -5,8 +5,10 @@ Train a reward model on preference pairs: one readable loop, CPU or GPUs.
     python train_rm.py --help                            # every option with its default
     python data/hh_rlhf/prepare.py --src ../shared/data/hh-rlhf/helpful-base/test.jsonl.gz --tokenizer ../shared/data/llama2c/stories260K/tok512.bin --out_dir data/hh_rlhf/helpful-tok512
     python train_rm.py --dataset hh_rlhf/helpful-tok512 --init ../shared/data/llama2c/stories260K/stories260K.bin
-    python train_rm.py --dataset DIR --init model.gguf --train_layers 4   # the top 4 layers and the head
+    python train_rm.py --dataset DIR --init model.gguf --train_layers 4 --epochs 2   # top 4 layers, cached bottom
+    python train_rm.py --dataset DIR --init model.gguf --lora_rank 8       # LoRA adapters on every layer
     torchrun --standalone --nproc_per_node=8 train_rm.py --model small --batch_size 16
+    torchrun --standalone --nproc_per_node=8 train_rm.py --fsdp --init DIR --dataset DIR   # sharded
     torchrun --nnodes=2 --nproc_per_node=8 --rdzv_backend=c10d --rdzv_endpoint=HOST:29500 train_rm.py
 
 One optimizer step sees batch_size * grad_accum * world_size pairs. Under torchrun each rank takes
@@ -15,15 +17,19 @@ and only rank 0 writes. Output in --out_dir: ckpt.pt (written atomically; it als
 dataset's meta.json as `data_meta`), log.jsonl, curves.png, and eval_rm.py's report of the
 final evaluation: eval.json, reward_hist.png, reward_length.png, reliability.png.
 
-Simplified on purpose: pairs are batched in random order, not by length (bench/ shows bucketing);
-no mixed fp16 (bf16 needs no loss scaling); a single fixed train/val split from the prepare script.
+From a pretrained checkpoint: --train_layers k trains the top k layers and the head, the frozen
+layers' output computed once per pair and cached (cache.py); --epochs N; --lora_rank r (lora.py);
+--fsdp shards the model over the ranks (fsdp.py). The run's plumbing (processes, out_dir, log,
+speed) is runtime.py's; the held-out evaluation is eval_rm.evaluate; ckpt.pt is ckpt.py's.
+
+Simplified on purpose: no mixed fp16 (bf16 needs no loss scaling); a single fixed train/val split
+from the prepare script; the cache is built by rank 0 alone.
 """
 
 import json
 import math
 import os
-import time
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -33,14 +39,13 @@ from matplotlib.figure import Figure
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from cache import FrozenCache, cache_key
+from cache import open_caches_of
 from ckpt import checkpoint_tokenizer, resume, save_checkpoint
 from cli import (
     AT_LEAST_1,
     NON_NEGATIVE,
     POSITIVE,
     UsageError,
-    check_device,
     one_of,
     opt,
     parse_config,
@@ -55,6 +60,7 @@ from length_head import LengthDebiasedRewardModel
 from lora import add_lora, memory_report
 from model import ModelConfig
 from reward import LOSSES, LMRegularizedRewardModel, RewardModel, accuracy, pairwise_loss
+from runtime import Speedometer, append_row, check_out_dir, setup_processes, start_log
 
 # model shapes for --init scratch (a loaded checkpoint brings its own shape)
 MODELS = {
@@ -207,52 +213,6 @@ class PairStep(nn.Module):
 
 
 # ----------------------------------------------------------------------------- setup
-@dataclass
-class Processes:
-    """Who this process is and where it computes (torchrun sets RANK, LOCAL_RANK, WORLD_SIZE)."""
-
-    ddp: bool
-    rank: int
-    local_rank: int
-    world: int
-    device: str
-    dtype: str
-    ctx: AbstractContextManager  # bf16 autocast, or nothing
-
-    @property
-    def master(self):  # rank 0 writes the checkpoint, the log and the plots
-        return self.rank == 0
-
-    @property
-    def cuda(self):
-        return self.device.startswith("cuda")
-
-
-def setup_processes(cfg):
-    ddp = "RANK" in os.environ
-    rank, local_rank, world = 0, 0, 1
-    device = check_device(cfg.device)
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if ddp:
-        rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
-        world = int(os.environ["WORLD_SIZE"])
-        dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
-        if device.startswith("cuda"):
-            device = f"cuda:{local_rank}"
-            torch.cuda.set_device(device)
-    dtype = cfg.dtype
-    if dtype == "auto":  # bf16 where the GPU has it; on a CPU fp32, which is faster there
-        dtype = (
-            "bfloat16"
-            if device.startswith("cuda") and torch.cuda.is_bf16_supported()
-            else "float32"
-        )
-    autocast = torch.autocast(device.split(":")[0], dtype=torch.bfloat16)
-    ctx = autocast if dtype == "bfloat16" else nullcontext()
-    return Processes(ddp, rank, local_rank, world, device, dtype, ctx)
-
-
 def load_data(cfg, proc):
     """(meta.json's dict, train pairs, val pairs)."""
     if proc.master and cfg.dataset == "arith":
@@ -275,35 +235,14 @@ def load_data(cfg, proc):
 
 
 def open_caches(cfg, proc, rm, train, val, say):
-    """(train, val) FrozenCache of the bottom layers' output, when --train_layers freezes some
-    and the model is the plain RM (the LM term and ODIN need more than the reward tokens);
+    """(train, val) cache.FrozenCache of the frozen layers' output, when --train_layers freezes
+    some and the model is the plain RM (the LM term and ODIN read more than the reward tokens);
     else (None, None). A cached run trains and evaluates on packed rows, an exact re-layout."""
     if not (cfg.cache and cfg.train_layers and type(rm) is RewardModel and cfg.init != "scratch"):
         return None, None
-    cfg.pack, first = True, len(rm.backbone.layers) - cfg.train_layers
-    d = dataset_dir(cfg.dataset)
-    key = cache_key(cfg.init, os.path.join(d, "train.npz"), os.path.join(d, "val.npz"), first=first)
-    folder = os.path.join(cfg.cache_dir or os.path.join(d, "cache"), key)
-    say(f"cache of the bottom {first} layers: {folder}")
-    caches = []
-    for split, data in (("train", train), ("val", val)):
-        if proc.master:
-            FrozenCache.open_or_build(rm.backbone, data, split, first, folder, 0, say)
-        if proc.ddp:
-            dist.barrier()  # rank 0 built it; every rank reads it
-        caches.append(FrozenCache(folder, split, first))
-    return tuple(caches)
-
-
-def make_batch(data, idx, pad_id, packed, cache=None):
-    """One micro-batch: right-padded rows, or packed rows with, from a cache, the output of the
-    frozen layers that the forward then starts from."""
-    if not packed:
-        return data.collate(idx, pad_id)
-    b = data.collate_packed(idx, pad_id)
-    if cache is not None:
-        b.states = (cache.first, cache.rows(idx, b.tokens.size(1)))
-    return b
+    cfg.pack, d = True, dataset_dir(cfg.dataset)
+    first = len(rm.backbone.layers) - cfg.train_layers
+    return open_caches_of(rm.backbone, cfg.init, d, first, train, val, proc, cfg.cache_dir, say)
 
 
 def build_model(cfg, meta):
@@ -411,75 +350,6 @@ def describe(rm, cfg, proc, train, val):
     )
 
 
-def check_out_dir(cfg, proc):
-    """Never replace another run by accident, nor resume nothing. Rank 0 looks before any rank
-    writes, and every rank gets its answer, so that all of them stop together."""
-    ckpt, problem = os.path.join(cfg.out_dir, "ckpt.pt"), None
-    if proc.master and cfg.resume and not os.path.exists(ckpt):
-        problem = f"{ckpt} not found: nothing to resume (drop --resume to start a new run)"
-    elif proc.master and os.path.exists(ckpt) and not (cfg.resume or cfg.overwrite):
-        problem = (
-            f"{cfg.out_dir} holds a run ({ckpt}): pass --resume to continue it, "
-            "--overwrite to replace it, or another --out_dir"
-        )
-    if proc.ddp:
-        box = [problem]
-        dist.broadcast_object_list(box, src=0)
-        problem = box[0]
-    if problem:
-        raise UsageError(problem)
-
-
-def start_log(path, keep_until=None):
-    """Keep the log rows of the steps a resumed checkpoint holds (up to keep_until); a new
-    run (keep_until None) starts an empty log."""
-    if not os.path.exists(path):
-        return
-    with open(path) as f:
-        rows = [r for r in f if keep_until is not None and json.loads(r)["step"] <= keep_until]
-    with open(path, "w") as f:
-        f.writelines(rows)
-
-
-def append_row(path, row):
-    with open(path, "a") as f:
-        f.write(json.dumps(row) + "\n")
-
-
-def matmul_weights(rm):
-    """The weights a token is multiplied by (for MFU): not the embedding lookup, nor an LM head
-    that is frozen because it is never used."""
-    return sum(
-        p.numel()
-        for n, p in rm.named_parameters()
-        if "tok_embeddings" not in n and (p.requires_grad or "output" not in n)
-    )
-
-
-class Speedometer:
-    """Tokens per second since the last report, and the time left."""
-
-    def __init__(self):
-        self.t0 = self.start = time.time()
-        self.tokens = self.computed = 0
-
-    def add(self, tokens, computed):
-        self.tokens, self.computed = self.tokens + tokens, self.computed + computed
-
-    def report(self, rm, proc, steps_done, steps_left):
-        """(useful tokens/s, a line: tok/s, MFU on CUDA against an H100's bf16 peak, eta)."""
-        dt = time.time() - self.t0
-        tok_s, line = self.tokens / dt, f"{self.tokens / dt / 1e3:.1f}k tok/s"
-        if proc.cuda:  # per GPU; tokens computed (a packed prompt once)
-            line += f" | mfu {rm.backbone.estimate_mfu(matmul_weights(rm), self.computed / dt / proc.world):.1%}"
-        line += f" | eta {(time.time() - self.start) / steps_done * steps_left:.0f}s"
-        self.t0, self.tokens, self.computed = time.time(), 0, 0
-        return tok_s, line
-
-    def total(self):
-        return time.time() - self.start
-
-
 def plot(out_dir):
     """curves.png: loss and accuracy over the steps (eval_rm.write_report draws the rest).
     matplotlib's object API: no pyplot and no backend switch, so a notebook that calls main()
@@ -540,12 +410,15 @@ def main(argv=None):
             if not (cfg.resume and step == start_step) and (step or cfg.eval_first):
                 ev, rewards = held_out(step == cfg.max_iters)  # the last keeps its rewards
                 log(dict(step=step, split="eval", **ev))
-                say(f"step {step}: eval loss {ev['loss']:.4f} acc {ev['acc']:.4f}", end="")
-                say(f" margin {ev['margin']:.3f}")
+                say(
+                    f"step {step}: eval loss {ev['loss']:.4f} acc {ev['acc']:.4f} "
+                    f"margin {ev['margin']:.3f}"
+                )
                 if step > start_step:  # under FSDP all ranks gather the state, rank 0 writes
                     full = full_state(rm, optimizer) if cfg.fsdp else {}
-                    if proc.master:
-                        save_checkpoint(ckpt_path, rm, meta, optimizer, step, cfg, **full)
+                    proc.master and save_checkpoint(
+                        ckpt_path, rm, meta, optimizer, step, cfg, **full
+                    )
         if step == cfg.max_iters:
             break
         lr = get_lr(step, cfg)
@@ -556,7 +429,10 @@ def main(argv=None):
         metrics = dict(objective=0.0, loss=0.0, acc=0.0, tokens=0, tokens_computed=0)
         for micro in range(cfg.grad_accum):
             idx = batch_indices(step, micro, proc.rank, proc.world, cfg, train)
-            b = make_batch(train, idx, meta["pad_id"], cfg.pack, caches[0]).to(proc.device)
+            if cfg.pack:  # one row per pair; with a cache, the frozen layers' output too
+                b = train.collate_packed(idx, meta["pad_id"], caches[0]).to(proc.device)
+            else:
+                b = train.collate(idx, meta["pad_id"]).to(proc.device)
             # sync gradients across ranks only on the last micro-step: once per optimizer step
             last_micro = micro == cfg.grad_accum - 1
             sync = nullcontext()
@@ -597,13 +473,19 @@ def main(argv=None):
 
     if rewards is None:  # resumed at the end: the checkpoint's evaluation was not kept
         ev, rewards = held_out(True)
-    if proc.master:  # curves.png, and eval_rm's report: eval.json and the reward plots
+    return finish(cfg, proc, meta, val, ev, rewards, speed)
+
+
+def finish(cfg, proc, meta, val, ev, rewards, speed):
+    """curves.png and eval_rm's report (eval.json and the reward plots) by rank 0; every rank
+    leaves the process group. Returns the last held-out metrics on rank 0."""
+    if proc.master:
         plot(cfg.out_dir)
         write_report(cfg.out_dir, subsets_of(val, meta, rewards, os.path.basename(cfg.dataset)))
         print(
             f"done in {speed.total():.0f}s: held-out accuracy {ev['acc']:.4f}; 'longer response"
-            f" wins' {meta.get('length_baseline_val', float('nan')):.3f}; wrote {ckpt_path}, "
-            f"{log_path}, curves.png, eval.json and the reward plots"
+            f" wins' {meta.get('length_baseline_val', float('nan')):.3f}; wrote {cfg.out_dir}/"
+            "ckpt.pt, log.jsonl, curves.png, eval.json and the reward plots"
         )
     if proc.ddp:
         dist.barrier()

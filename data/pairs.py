@@ -116,9 +116,13 @@ class PairDataset:
         p, c, r = np.diff(self.offsets, axis=1).T  # (N,) each
         return p + c + r if packed else p + np.maximum(c, r)
 
-    def collate_packed(self, indices, pad_id):
-        """The pairs at indices as one PackedBatch, each prompt once (see pack_pairs below)."""
-        return pack_pairs([self[i] for i in indices], pad_id)
+    def collate_packed(self, indices, pad_id, cache=None):
+        """The pairs at indices as one PackedBatch, each prompt once (see pack_pairs below);
+        with a cache.FrozenCache of this data, the frozen layers' stored output too."""
+        b = pack_pairs([self[i] for i in indices], pad_id)
+        if cache is not None:
+            b.states = (cache.first, cache.rows(indices, b.tokens.size(1)))
+        return b
 
 
 class LengthHeuristics(NamedTuple):
