@@ -28,6 +28,14 @@ Three details decide whether HF computes our rewards:
    else <unk> (SentencePiece, llama2.c) or the first special token that is not the end, BOS or
    EOS (<|endoftext|> in SmolLM2). Which id pads never matters to nanoRM, which pools by mask.
 
+Length calibration and normalization (calibrate.py) are recorded, not applied: the HF model's
+outputs are the RAW rewards. A LlamaForSequenceClassification cannot subtract a + b*log(L) by
+itself, since it does not know where the prompt ends and the response begins. config.json's
+"nanorm_reward" key holds {"length_calibration", "reward_normalization", "applied": false} as the
+checkpoint stores them; a consumer serves r - (a + b*log L), L the response's tokens with its
+end token, then (r - mean) / std (calibrate.served does both; eval_rm.py applies them to an
+exported directory). Without either, the key is absent.
+
 Simplified: only the scoring model is written (an LM-regularized model's LM head is dropped, as
 LlamaForSequenceClassification has none), always in float32, in one unsharded file. HF computes
 positions 0, 1, ... from the left, so left-padded batches need position_ids from the caller.
@@ -319,10 +327,11 @@ def write_tokenizer(tok, out_dir, pad_id, chat_format):
     return list(files)
 
 
-def export_hf(model, out_dir, tok=None, meta=None):
+def export_hf(model, out_dir, tok=None, meta=None, record=None):
     """Write `model` (a ScalarHeadModel: its `head` is the score) to out_dir as a Hugging Face
     LlamaForSequenceClassification. tok: its tokenizer (or None); meta: the dataset's meta.json
-    (end_id, pad_id, chat_format), as train_rm checkpoints hold it under "data_meta"."""
+    (end_id, pad_id, chat_format), as train_rm checkpoints hold it under "data_meta"; record:
+    the checkpoint's dict, whose length calibration and normalization go to config.json."""
     meta = meta or {}
     os.makedirs(out_dir, exist_ok=True)
     tensors = hf_state_dict(model)  # refuses a head bias before anything is written
@@ -332,6 +341,9 @@ def export_hf(model, out_dir, tok=None, meta=None):
     bos_id = meta.get("bos_id", getattr(tok, "bos_id", None))
     eos_id = meta.get("eos_id", getattr(tok, "eos_id", None))
     config = hf_config(model.backbone.config, pad_id, bos_id, eos_id)
+    post = {k: (record or {}).get(k) for k in ("length_calibration", "reward_normalization")}
+    if any(v is not None for v in post.values()):  # recorded for the consumer, not applied
+        config["nanorm_reward"] = post | {"applied": False}
     with atomic_write(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(config, f, indent=1)
     write_safetensors(os.path.join(out_dir, "model.safetensors"), tensors)

@@ -3,6 +3,7 @@ Reward models: a LLaMA that reads prompt + response and returns one number, and 
 losses that teach it which of two responses people preferred.
 
     python reward.py --ckpt out/ckpt.pt --prompt "Once upon a time" --response "there was a cat."
+    python reward.py --ckpt out/ckpt.pt --prompt "Hi" --response "Hello" --normalize  # (r-mean)/std
     python reward.py --ckpt out/ckpt.pt --export_hf out/hf       # a LlamaForSequenceClassification
     python reward.py --ckpt ../shared/data/llama2c/stories260K/stories260K.bin \
         --tokenizer ../shared/data/llama2c/stories260K/tok512.bin --prompt "Hi" --response "Hello"
@@ -37,6 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from calibrate import served
 from checkpoints import read_checkpoint, transformer_from_state_dict
 from ckpt import checkpoint_tokenizer, is_ours, load_checkpoint, save_checkpoint
 from cli import ArgumentParser, UsageError, run
@@ -378,34 +380,35 @@ def main(argv=None):
     p.add_argument("--prompt", default="")
     p.add_argument("--response", default=None)
     p.add_argument("--export_hf", default=None, help="write a LlamaForSequenceClassification dir")
+    p.add_argument("--normalize", action="store_true", help="(r - mean) / std, as the ckpt stores")
     p.add_argument("--pairs", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.pairs is not None:
-        p.error(
-            f"accuracy on pairs is eval_rm.py's: python eval_rm.py --ckpt {args.ckpt} "
-            f"--data {args.pairs} --out DIR"
-        )
+        hint = f"python eval_rm.py --ckpt {args.ckpt} --data {args.pairs} --out DIR"
+        p.error(f"accuracy on pairs is eval_rm.py's: {hint}")
     if (args.response is None) == (args.export_hf is None):
         p.error("give exactly one of --response and --export_hf")
     model, ckpt = load_for_scoring(args.ckpt)
     if ckpt is None:
-        print(
-            f"note: {args.ckpt} is a backbone checkpoint; its head is random unless it had a "
-            "`score`"
-        )
-    meta = (ckpt or {}).get("data_meta") or {}
-    tok = (
-        load_tokenizer(args.tokenizer)
-        if args.tokenizer
-        else checkpoint_tokenizer(ckpt or args.ckpt)
-    )
-    if args.export_hf is not None:
-        export_hf(model, args.export_hf, tok, meta)
+        print(f"note: {args.ckpt} is a backbone; its head is random unless it had a `score`")
+    ckpt = ckpt or {}
+    meta = ckpt.get("data_meta") or {}
+    tok_file = args.tokenizer  # default: the checkpoint's own
+    tok = load_tokenizer(tok_file) if tok_file else checkpoint_tokenizer(ckpt or args.ckpt)
+    if args.export_hf is not None:  # records the calibration and normalization in config.json
+        export_hf(model, args.export_hf, tok, meta, record=ckpt)
         return
     fmt = chat_format(tok, meta.get("chat_format", "auto"))  # the layout it was trained on
     pair = {"prompt": args.prompt, "chosen": args.response, "rejected": args.response}
     prompt, response, _, _ = encode_pair(tok, pair, model.backbone.config.max_seq_len, fmt)
-    print(f"reward: {model(torch.tensor([prompt + response])).item():.6f}")
+    r = model(torch.tensor([prompt + response])).item()
+    try:  # the stored length calibration, L = the response's tokens (its end token included)
+        r_served = float(served(ckpt, r, len(response), args.normalize, args.ckpt))
+    except ValueError as e:
+        p.error(f"--normalize: {e}")
+    what = "normalized" if args.normalize else "length-calibrated"
+    served_as = f" ({what}; raw {r:.6f}, {len(response)} response tokens)" if r_served != r else ""
+    print(f"reward: {r_served:.6f}{served_as}")
 
 
 if __name__ == "__main__":

@@ -185,6 +185,7 @@ def test_cli_export_from_a_checkpoint_that_carries_its_tokenizer(sp_tok, tmp_pat
     assert config["num_labels"] == 1 and config["architectures"] == [
         "LlamaForSequenceClassification"
     ]
+    assert "nanorm_reward" not in config  # nothing stored: nothing recorded (test_calibrate.py)
 
     torch.save(dict(ckpt, data_meta=dict(meta, tokenizer_fingerprint="0" * 16)), path)
     with pytest.raises(ValueError, match="fingerprint"):
