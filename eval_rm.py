@@ -26,7 +26,14 @@ DIR/reward_hist.png, reward_length.png, reliability.png; prints a table. The met
     accuracy       pairs with r_chosen > r_rejected, strictly (a tie is wrong; ties: their count)
     longer_wins    "the longer response wins" on the same pairs, by response tokens, ties half
     length_corr    Pearson correlation of reward with response length over all responses
-    ece            calibration of sigmoid(r_c - r_r) as P(chosen wins), 10 bins (see calibration)
+    ece            calibration of sigmoid(r_c - r_r) as P(chosen wins), 10 bins (calibrate.py)
+    acc_chosen_longer, acc_chosen_shorter   accuracy on the pairs whose chosen response is
+                   longer / shorter (in tokens; equal lengths: in neither, length_ties counts them)
+    length_balanced_accuracy   their mean: 0.5 for "the longer wins", whatever the data's mix
+
+A length calibration stored in the checkpoint (or an HF export's config.json) is applied unless
+--calibrate_length false; --calibrate_length fits one if none is stored; --save_calibration stores
+it and the rewards' mean and std on --data (held-out pairs) in --ckpt. See calibrate.py.
 
 `evaluate` below is what train_rm.py calls for its held-out evaluation too (imports go one way:
 train_rm imports eval_rm), so a prepared dataset gives train_rm's accuracy to the last digit.
@@ -41,11 +48,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ckpt import checkpoint_tokenizer
-from cli import ArgumentParser, UsageError, atomic_write, check_device, run
-from data.pairs import (
-    length_heuristics,
-)
+import calibrate
+from ckpt import checkpoint_tokenizer, update_checkpoint
+from cli import ArgumentParser, UsageError, atomic_write, boolean, check_device, run
+from data.pairs import PairDataset, dataset_dir, length_heuristics
 from data.sources import SECTIONS, data_kind, load_source
 from reward import load_for_scoring, pairwise_loss, pearson
 
@@ -75,13 +81,15 @@ def evaluate(
     rank=0,
     world=1,
     return_rewards=False,
+    cache=None,
 ):
     """(metrics, rewards) on the first n_pairs pairs of data (default all), split over the
     ranks (all take part): metrics = {loss, acc, chosen, rejected, margin}, the pairwise loss
     `loss`, accuracy (a tie is wrong), the mean rewards and their difference. rewards (n, 2):
     each pair's (r_chosen, r_rejected) in the data's order, if return_rewards (else None).
     ctx: e.g. the training's autocast. The batches are right-padded (data.collate), the layout
-    reward.py scores; the forward skips the padding."""
+    reward.py scores; the forward skips the padding. cache: a cache.FrozenCache of data, whose
+    stored bottom layers the forward starts from (packed rows: the same rewards)."""
     ctx, was_training = ctx or nullcontext(), rm.training
     rm.eval()
     n_pairs = min(len(data), n_pairs or len(data))
@@ -90,9 +98,17 @@ def evaluate(
     sums = dict(loss=0.0, acc=0.0, chosen=0.0, rejected=0.0, n=0.0)  # totals over the pairs
     kept = []
     for i in range(0, len(idx), batch_size):
-        b = data.collate(idx[i : i + batch_size], pad_id).to(device)
+        ids = idx[i : i + batch_size]
         with ctx:
-            r_c, r_r = rm.forward_pair(b.chosen, b.chosen_mask, b.rejected, b.rejected_mask)
+            if cache is None:
+                b = data.collate(ids, pad_id).to(device)
+                r_c, r_r = rm.forward_pair(b.chosen, b.chosen_mask, b.rejected, b.rejected_mask)
+            else:  # packed rows from the frozen layers' stored output (cache.py)
+                b = data.collate_packed(ids, pad_id, cache).to(device)
+                ends = (b.chosen_end, b.rejected_end)
+                r_c, r_r = rm.forward_pair_packed(
+                    b.tokens, b.segments, b.positions, *ends, states=b.states
+                )
         r_c, r_r, n = r_c.float(), r_r.float(), len(r_c)
         sums["loss"] += pairwise_loss(loss, r_c, r_r, None, margin, center_coef).item() * n
         sums["acc"] += (r_c > r_r).sum().item()  # a tie is wrong
@@ -133,32 +149,11 @@ def correlation(x, y):
     return None if len(x) < 2 or x.std() == 0 or y.std() == 0 else pearson(x, y, eps=0).item()
 
 
-def calibration(r_c, r_r, bins=10):
-    """(ece, [(mean predicted p, observed frequency, count) per bin]) of p = sigmoid(r_c - r_r)
-    as the probability that the first response of a pair is preferred.
-
-    Our pairs always list the chosen first, so every label is 1 and ECE would reduce to
-    1 - mean(p), a measure of confidence, not calibration. Each pair is therefore counted in both
-    orders, (p, 1) and (1 - p, 0): a model is calibrated when, of the pairs it gives 70%, the
-    first response is preferred 70% of the time. Bins are equal-width over [0, 1]."""
-    p = torch.sigmoid((r_c - r_r).double())
-    p, y = torch.cat([p, 1 - p]), torch.cat([torch.ones_like(p), torch.zeros_like(p)])
-    b = (p * bins).long().clamp(max=bins - 1)
-    ece, table = 0.0, []
-    for k in range(bins):
-        sel = b == k
-        if sel.any():
-            conf, freq, n = p[sel].mean().item(), y[sel].mean().item(), int(sel.sum())
-            ece += n / len(p) * abs(conf - freq)
-            table.append((conf, freq, n))
-    return ece, table
-
-
 def pair_metrics(r_c, r_r, len_c, len_r):
     """The metrics of n pairs from their rewards and response lengths, each (n,)."""
     n = len(r_c)
     heuristics = length_heuristics(zip(len_c.tolist(), len_r.tolist(), strict=True))
-    ece, _ = calibration(r_c, r_r)
+    ece, _ = calibrate.reliability(r_c, r_r)
     return {
         "n": n,
         "accuracy": int((r_c > r_r).sum()) / n,  # as train_rm.evaluate counts: a tie is wrong
@@ -170,7 +165,7 @@ def pair_metrics(r_c, r_r, len_c, len_r):
         "mean_rejected": r_r.double().mean().item(),
         "length_corr": correlation(torch.cat([r_c, r_r]), torch.cat([len_c, len_r])),
         "ece": ece,
-    }
+    } | calibrate.length_balanced(r_c, r_r, len_c, len_r)
 
 
 def section_scores(subsets):
@@ -215,7 +210,7 @@ def subsets_of(data, meta, rewards, name="val"):
     """{subset name: Scored} for the first len(rewards) pairs of a PairDataset, split by its
     groups (meta["groups"] names them); a dataset without groups is one subset, `name`."""
     n = len(rewards)
-    lengths = torch.from_numpy(np.diff(data.offsets[:n], axis=1)[:, 1:].copy())  # (n, 2)
+    lengths = response_lengths(data, n)
     if data.groups is None:
         return {name: Scored(rewards, lengths)}
     groups = torch.from_numpy(data.groups[:n].copy())
@@ -225,6 +220,12 @@ def subsets_of(data, meta, rewards, name="val"):
         for g in range(len(names))
         if (groups == g).any()
     }
+
+
+def response_lengths(data, n):
+    """(n, 2) response lengths in tokens, (chosen, rejected), of a PairDataset's first n pairs:
+    the lengths every length metric and the length calibration use (the end token included)."""
+    return torch.from_numpy(np.diff(data.offsets[:n], axis=1)[:, 1:].copy())
 
 
 def write_report(out_dir, per_subset, info=None, say=print):
@@ -240,7 +241,7 @@ def write_report(out_dir, per_subset, info=None, say=print):
         result["sections"] = sections
     result.update(info or {})
     os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "eval.json"), "w") as f:
+    with atomic_write(os.path.join(out_dir, "eval.json"), "w") as f:
         json.dump(result, f, indent=1)
     plot_report(out_dir, per_subset, result)
     say(table(result))
@@ -248,24 +249,16 @@ def write_report(out_dir, per_subset, info=None, say=print):
 
 
 def table(result):
-    cols = (
-        "n",
-        "accuracy",
-        "ties",
-        "longer_wins",
-        "mean_margin",
-        "mean_chosen",
-        "mean_rejected",
-        "length_corr",
-        "ece",
-    )
-    heads = ("n", "acc", "ties", "longer", "margin", "chosen", "rejected", "len_corr", "ece")
+    heads = "n acc ties longer acc_long acc_short len_bal margin chosen rejected len_corr ece"
+    cols = "n accuracy ties longer_wins acc_chosen_longer acc_chosen_shorter "
+    cols += "length_balanced_accuracy mean_margin mean_chosen mean_rejected length_corr ece"
+    cols = dict(zip(heads.split(), cols.split(), strict=True))  # column head: metric
     rows = [*result["subsets"].items(), ("overall", result["overall"])]
     w = max(12, *(len(name) for name, _ in rows))
     fmt = lambda v: f"{v:>9}" if isinstance(v, int) else "      n/a" if v is None else f"{v:9.4f}"
-    lines = [f"{'subset':<{w}}" + "".join(f"{h:>9}" for h in heads)]
+    lines = [f"{'subset':<{w}}" + "".join(f"{h:>10}" for h in cols)]
     for name, m in rows:
-        lines.append(f"{name:<{w}}" + "".join(fmt(m[c]) for c in cols))
+        lines.append(f"{name:<{w}}" + "".join(" " + fmt(m[c]) for c in cols.values()))
         if "best_of_n" in m:
             lines.append(
                 f"{'':<{w}}  best-of-{m['n_candidates']:.0f} agreement with the verifier "
@@ -315,14 +308,7 @@ def plot_report(out_dir, per_subset, result):
 
     fig = Figure(figsize=(4, 4))
     ax = fig.subplots()
-    ece, bins = calibration(rewards[:, 0], rewards[:, 1])
-    ax.plot([0, 1], [0, 1], ":", color="gray", label="calibrated")
-    conf, freq, n = zip(*bins, strict=True)
-    ax.plot(conf, freq, "o-", label="model")
-    for c, f, m in bins:
-        ax.annotate(str(m), (c, f), fontsize=7, textcoords="offset points", xytext=(3, -9))
-    ax.set_xlabel("sigmoid(r_first - r_second)"), ax.set_ylabel("first preferred, observed")
-    ax.set_title(f"reliability: ECE {ece:.3f}"), ax.legend(loc="upper left")
+    calibrate.plot_reliability(ax, rewards[:, 0], rewards[:, 1])
     save(fig, out_dir, "reliability.png")
 
 
@@ -337,30 +323,46 @@ def save(fig, out_dir, name):
 def load_model(path):
     """(reward model, info): info holds the training data's meta.json ({} if unknown), its
     training batch size, whether the checkpoint carries a tokenizer (ckpt.checkpoint_tokenizer
-    reads it), and where the head's weights come from: "trained" (train_rm), "score" (an HF
-    classifier's) or "random"."""
+    reads it), where the head's weights come from: "trained" (train_rm), "score" (an HF
+    classifier's) or "random", the record of its length calibration and normalization (the
+    ckpt.pt dict, an export's config.json "nanorm_reward") and the dataset it was trained on."""
     rm, ckpt = load_for_scoring(path)
     if ckpt is not None:
-        meta, batch = (
-            ckpt.get("data_meta") or {},
-            (ckpt.get("train_config") or {}).get("batch_size"),
-        )
-        return rm, dict(meta=meta, batch_size=batch, has_tokenizer=True, head="trained")
-    config, classifier = os.path.join(path, "config.json"), False
+        train = ckpt.get("train_config") or {}
+        info = dict(meta=ckpt.get("data_meta") or {}, batch_size=train.get("batch_size"))
+        info.update(has_tokenizer=True, head="trained", record=ckpt, dataset=train.get("dataset"))
+        return rm, info
+    config, classifier, record = os.path.join(path, "config.json"), False, {}
     if os.path.isfile(config):
         with open(config) as f:
-            architectures = json.load(f).get("architectures") or []
-        classifier = any(a.endswith("ForSequenceClassification") for a in architectures)
+            config = json.load(f)
+        names = config.get("architectures") or []
+        classifier = any(a.endswith("ForSequenceClassification") for a in names)
+        record = config.get("nanorm_reward") or {}  # an export's calibration (export_hf.py)
     own_tok = path.endswith(".gguf") or os.path.isdir(path)  # else llama2.c: none inside
     head = "score" if classifier else "random"
-    return rm, dict(meta={}, batch_size=None, has_tokenizer=own_tok, head=head)
+    info = dict(meta={}, batch_size=None, has_tokenizer=own_tok, head=head)
+    return rm, info | dict(record=record, dataset=None)
+
+
+def fit_calibration(rm, dataset, batch_size, n_pairs=None, say=print):
+    """calibrate.fit_length on the rewards of a prepared dataset's TRAINING pairs (the first
+    n_pairs, default all)."""
+    d = dataset_dir(dataset)
+    data = PairDataset(os.path.join(d, "train.npz"))
+    with open(os.path.join(d, "meta.json")) as f:
+        pad_id = json.load(f)["pad_id"]
+    n = min(len(data), n_pairs or len(data))
+    say(f"fitting the length calibration on {n} training pairs of {d}")
+    _, rewards = evaluate(rm, data, pad_id, batch_size, n, return_rewards=True)
+    return calibrate.fit_length(rewards, response_lengths(data, n))
 
 
 def score(rm, source, batch_size):
     """{subset name: Scored} for a Source, the rewards from train_rm.evaluate."""
     n = len(source.names)
     _, rewards = evaluate(rm, source.data, source.pad_id, batch_size, n, return_rewards=True)
-    lengths = torch.from_numpy(np.diff(source.data.offsets[:n], axis=1)[:, 1:].copy())  # (n, 2)
+    lengths = response_lengths(source.data, n)
     out = {}
     for name in dict.fromkeys(source.names):  # in order of first appearance
         sel = torch.tensor([x == name for x in source.names])
@@ -375,34 +377,23 @@ def score(rm, source, batch_size):
 def main(argv=None):
     p = ArgumentParser(description=__doc__.split("\n")[1])
     p.add_argument("--ckpt", required=True, help="train_rm checkpoint, HF dir, .gguf, backbone")
-    p.add_argument(
-        "--data",
-        nargs="+",
-        required=True,
-        help="prepared dir, .jsonl(.gz) pairs, RewardBench JSONL, gsm8k:PATH",
-    )
+    data_help = "prepared dir, .jsonl(.gz) pairs, RewardBench JSONL, gsm8k:PATH"
+    p.add_argument("--data", nargs="+", required=True, help=data_help)
     p.add_argument("--out", required=True, help="where eval.json and the plots go")
     p.add_argument("--tokenizer", default=None, help="default: the checkpoint's")
-    p.add_argument(
-        "--chat",
-        default="auto",
-        choices=("auto", "plain", "chatml", "llama3"),
-        help="layout of raw text (auto: the checkpoint's data, else the tokenizer's)",
-    )
-    p.add_argument(
-        "--batch_size",
-        type=int,
-        default=None,
-        help="default: the checkpoint's training batch, i.e. train_rm's eval batches",
-    )
-    p.add_argument(
-        "--max_len",
-        type=int,
-        default=None,
-        help="raw text: tokens per pair row (default: the model's max_seq_len)",
-    )
-    p.add_argument("--max_pairs", type=int, default=None, help="per --data (GSM8K: questions)")
+    layouts = ("auto", "plain", "chatml", "llama3")  # auto: the checkpoint's data, or the tok's
+    p.add_argument("--chat", default="auto", choices=layouts, help="layout of raw text")
+    p.add_argument("--batch_size", type=int, help="default: the ckpt's training batch size")
+    p.add_argument("--max_len", type=int, help="raw text: tokens per pair (default: the model's)")
+    p.add_argument("--max_pairs", type=int, help="per --data (GSM8K: questions); to fit on")
     p.add_argument("--device", default="cpu")
+    # --calibrate_length: the stored one, else fit on --calibration_data's training pairs
+    cal_help = "subtract a length fit (default: the stored one if any; false: raw rewards)"
+    p.add_argument("--calibrate_length", type=boolean, nargs="?", const=True, help=cal_help)
+    p.add_argument("--calibration_data", help="prepared dir to fit on (default: the ckpt's)")
+    p.add_argument(
+        "--save_calibration", action="store_true", help="store it, and mean/std, in ckpt"
+    )
     args = p.parse_args(argv)
     for name in ("batch_size", "max_len", "max_pairs"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
@@ -428,6 +419,19 @@ def main(argv=None):
             "so these scores measure nothing yet"
         )
     batch_size = args.batch_size or info["batch_size"] or 32
+    if args.save_calibration and info["head"] != "trained":
+        p.error(f"--save_calibration: {args.ckpt} is not a train_rm.py checkpoint (ckpt.pt)")
+    cal = info["record"].get("length_calibration") if args.calibrate_length is not False else None
+    if args.calibrate_length and cal is None:
+        dataset = args.calibration_data or info["dataset"]
+        if dataset is None:
+            p.error("--calibrate_length: pass --calibration_data DIR, a prepared dataset")
+        try:
+            cal = fit_calibration(rm, dataset, batch_size, args.max_pairs)
+        except (OSError, ValueError) as e:
+            p.error(f"--calibration_data {dataset}: {e}")
+    if cal is not None:
+        print(f"length calibration: {calibrate.describe(cal)}")
 
     tok_cache = []
 
@@ -462,8 +466,16 @@ def main(argv=None):
             key = name if name not in per_subset else f"{os.path.basename(path)}:{name}"
             per_subset[key] = scored
         print(f"{spec}: {kind}, {len(source.names)} pairs")
+    for s in per_subset.values():  # the rewards as the model serves them
+        s.rewards = calibrate.apply_length(cal, s.rewards, s.lengths)
+    rewards = torch.cat([s.rewards for s in per_subset.values()])
+    norm = calibrate.normalization(rewards, calibrated=cal is not None)
     who = dict(ckpt=args.ckpt, head=info["head"], data=args.data, batch_size=batch_size)
+    who.update(length_calibration=cal, reward_normalization=norm)
     result = write_report(args.out, per_subset, info=who)
+    if args.save_calibration:  # written aside and renamed: the checkpoint is never half-written
+        update_checkpoint(args.ckpt, length_calibration=cal, reward_normalization=norm)
+        print(f"stored in {args.ckpt}: length calibration and reward mean/std ({norm['n']})")
     print(f"wrote {args.out}/eval.json, reward_hist.png, reward_length.png, reliability.png")
     return result
 

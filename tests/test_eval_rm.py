@@ -12,6 +12,7 @@ import pytest
 import torch
 from conftest import pad, shared_path, tiny_model
 
+import calibrate
 import eval_rm
 import train_rm
 from data import sources
@@ -110,19 +111,34 @@ def test_pair_metrics_against_hand_computations():
     x, y = torch.cat([r_c, r_r]).numpy(), torch.cat([len_c, len_r]).numpy()
     assert m["length_corr"] == pytest.approx(np.corrcoef(x, y)[0, 1])
     assert eval_rm.correlation(torch.ones(4), torch.arange(4)) is None  # constant: undefined
+    # length-balanced: chosen longer in 0 (right) and 3 (a reward tie: wrong), shorter in 2
+    # (wrong); the equal lengths of 1 and 4 belong to neither group
+    assert m["acc_chosen_longer"] == 0.5 and m["acc_chosen_shorter"] == 0.0
+    assert m["length_balanced_accuracy"] == 0.25 and m["length_ties"] == 2
+    # "the longer wins" as a reward scores 1 and 0: balanced 0.5, though it is right 3 times in 4
+    m = eval_rm.pair_metrics(
+        len_c[[0, 2, 3, 3]] * 1.0,
+        len_r[[0, 2, 3, 3]] * 1.0,
+        *(t[[0, 2, 3, 3]] for t in (len_c, len_r)),
+    )
+    assert m["accuracy"] == 0.75 and m["length_balanced_accuracy"] == 0.5
+    # no pair whose chosen is shorter: undefined, not a number made up
+    m = eval_rm.pair_metrics(r_c[:2], r_r[:2], len_c[:2], len_r[:2])
+    assert m["acc_chosen_shorter"] is None and m["length_balanced_accuracy"] is None
+    assert "len_bal" in eval_rm.table({"subsets": {"x": m}, "overall": m})
 
 
 def test_ece_known_cases():
     d = math.log(3)  # sigmoid(d) = 0.75
     # always 75% sure and always right: counted in both orders, 0.75 vs 1 and 0.25 vs 0
-    ece, _ = eval_rm.calibration(torch.full((8,), d), torch.zeros(8))
+    ece, _ = calibrate.reliability(torch.full((8,), d), torch.zeros(8))
     assert ece == pytest.approx(0.25)
     # 75% sure, right 3 times in 4: calibrated
     r_c = torch.tensor([d, d, d, -d], dtype=torch.float64)  # float32 would round log 3 by 4e-9
-    ece, table = eval_rm.calibration(r_c, torch.zeros(4, dtype=torch.float64))
+    ece, table = calibrate.reliability(r_c, torch.zeros(4, dtype=torch.float64))
     assert ece == pytest.approx(0.0, abs=1e-12)
     assert [(round(c, 6), f, n) for c, f, n in table] == [(0.25, 0.25, 4), (0.75, 0.75, 4)]
-    ece, _ = eval_rm.calibration(torch.zeros(5), torch.zeros(5))  # all ties: p = 0.5, half
+    ece, _ = calibrate.reliability(torch.zeros(5), torch.zeros(5))  # all ties: p = 0.5, half
     assert ece == pytest.approx(0.0)
 
 
