@@ -1,0 +1,82 @@
+"""The README's commands as written: every `python X.py --flag` in its bash blocks names a script
+that exists and flags that script accepts (its --help lists them), and the quick ones run.
+The long ones run elsewhere: `python train_rm.py` in .ci/run, `python exercises/check.py` in
+test_exercises.py, the "own data" commands in
+test_own_data.py, the recipe and the benchmarks by hand (their figures are in the README)."""
+
+import re
+import shlex
+import subprocess
+import sys
+from functools import cache
+
+import pytest
+from conftest import ROOT, SHARED
+
+ENV = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
+# run as written: they finish in seconds and write nothing outside /tmp or out/
+QUICK = ["python sample.py", "python train_rm.py --help"]
+
+
+def commands():
+    """Each command of the README's ```bash blocks, continuation lines joined, comments cut."""
+    text = (ROOT / "README.md").read_text()
+    out = []
+    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split(" #")[0].strip()
+            if line and not line.startswith("#"):
+                out.append(line)
+    return out
+
+
+def python_calls(cmd):
+    """(script, flags) for each `python script.py ...` inside a command (also after &&)."""
+    for part in re.split(r"&&|;", cmd):
+        words = shlex.split(part)
+        words = [w for w in words if "=" not in w or w.startswith("-")]  # drop VAR=value
+        if len(words) >= 2 and words[0] == "python" and words[1].endswith(".py"):
+            yield words[1], [w.split("=")[0] for w in words[2:] if w.startswith("--")]
+        if words[:1] == ["torchrun"]:
+            script = next((w for w in words if w.endswith(".py")), None)
+            i = words.index(script)
+            yield script, [w.split("=")[0] for w in words[i + 1 :] if w.startswith("--")]
+
+
+@cache
+def accepted(script):
+    p = subprocess.run(
+        [sys.executable, script, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert p.returncode == 0, (script, p.stderr[-500:])
+    return set(re.findall(r"--[a-z_]+", p.stdout))
+
+
+def test_the_readme_has_commands():
+    cmds = commands()
+    assert len(cmds) > 20 and any(c.startswith("python train_rm.py") for c in cmds)
+
+
+@pytest.mark.parametrize("cmd", commands())
+def test_every_flag_exists(cmd):
+    for script, flags in python_calls(cmd):
+        assert (ROOT / script).exists(), f"README runs {script}, which does not exist"
+        unknown = set(flags) - accepted(script) - {"--help"}
+        assert not unknown, f"README: {cmd!r}: {script} has no {sorted(unknown)}"
+
+
+@pytest.mark.parametrize("cmd", QUICK)
+def test_quick_commands_run_as_written(cmd):
+    assert cmd in commands(), f"{cmd!r} is no longer in the README"
+    if "sample.py" in cmd and not (SHARED / "llama2c").exists():
+        pytest.skip("sample.py's default checkpoint is in ../shared/data")
+    p = subprocess.run(
+        cmd,
+        shell=True,
+        cwd=ROOT,
+        env=ENV | {"PATH": f"{sys.prefix}/bin:/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 0, (cmd, p.stderr[-1000:])
