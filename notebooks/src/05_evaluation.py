@@ -125,7 +125,7 @@ display(Image(os.path.join(out, "reliability.png")))
 # The accuracy alone cannot tell. Split the held-out pairs by whether the chosen response is
 # the longer one: a model that reads quality is right on both kinds; a model that reads length
 # is right when the chosen is longer and wrong when it is shorter. `eval_rm.score` gives the
-# per-pair rewards (the same `train_rm.evaluate` call the report uses).
+# per-pair rewards (the same `eval_rm.evaluate` call train_rm.py and the report use).
 
 # %%
 rm, info = eval_rm.load_model(f"{run}/ckpt.pt")
