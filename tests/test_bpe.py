@@ -89,7 +89,10 @@ FRAGMENTS = [
     "K",
 ]
 fuzz_text = st.lists(
-    st.one_of(st.sampled_from(FRAGMENTS), st.characters(exclude_categories=("Cs",))),
+    # Cn: unassigned in this Python's Unicode database (3.11: Unicode 14), so \p{L} and friends
+    # cannot know them, while HF's regex engine may know a newer Unicode (U+13460 is a letter
+    # since Unicode 16): a limit of data/bpe.py's classes, stated there, not fuzzed here
+    st.one_of(st.sampled_from(FRAGMENTS), st.characters(exclude_categories=("Cs", "Cn"))),
     max_size=30,
 ).map("".join)
 
