@@ -345,17 +345,24 @@ def load_model(path):
     return rm, info | dict(record=record, dataset=None)
 
 
-def fit_calibration(rm, dataset, batch_size, n_pairs=None, say=print):
-    """calibrate.fit_length on the rewards of a prepared dataset's TRAINING pairs (the first
-    n_pairs, default all)."""
-    d = dataset_dir(dataset)
-    data = PairDataset(os.path.join(d, "train.npz"))
-    with open(os.path.join(d, "meta.json")) as f:
-        pad_id = json.load(f)["pad_id"]
+def fit_calibration(rm, data, pad_id, batch_size, n_pairs=None, **scoring):
+    """calibrate.fit_length on the rewards of a PairDataset's first n_pairs pairs (default
+    all): its TRAINING pairs, by eval_rm.py --calibrate_length and train_rm.py's. scoring:
+    evaluate's ctx, rank, world, cache."""
     n = min(len(data), n_pairs or len(data))
-    say(f"fitting the length calibration on {n} training pairs of {d}")
-    _, rewards = evaluate(rm, data, pad_id, batch_size, n, return_rewards=True)
+    _, rewards = evaluate(rm, data, pad_id, batch_size, n, return_rewards=True, **scoring)
     return calibrate.fit_length(rewards, response_lengths(data, n))
+
+
+def as_served(per_subset, cal):
+    """{name: Scored} with the length calibration cal (or None) applied, as the model serves
+    its rewards, and their normalization (calibrate.normalization over all of them)."""
+    out = {
+        k: Scored(calibrate.apply_length(cal, s.rewards, s.lengths), s.lengths, s.extra)
+        for k, s in per_subset.items()
+    }
+    rewards = torch.cat([s.rewards for s in out.values()])
+    return out, calibrate.normalization(rewards, calibrated=cal is not None)
 
 
 def score(rm, source, batch_size):
@@ -427,8 +434,13 @@ def main(argv=None):
         if dataset is None:
             p.error("--calibrate_length: pass --calibration_data DIR, a prepared dataset")
         try:
-            cal = fit_calibration(rm, dataset, batch_size, args.max_pairs)
-        except (OSError, ValueError) as e:
+            d = dataset_dir(dataset)
+            with open(os.path.join(d, "meta.json")) as f:
+                pad_id = json.load(f)["pad_id"]
+            data = PairDataset(os.path.join(d, "train.npz"))
+            print(f"fitting the length calibration on the training pairs of {d}")
+            cal = fit_calibration(rm, data, pad_id, batch_size, args.max_pairs)
+        except (OSError, ValueError, KeyError) as e:
             p.error(f"--calibration_data {dataset}: {e}")
     if cal is not None:
         print(f"length calibration: {calibrate.describe(cal)}")
@@ -466,10 +478,7 @@ def main(argv=None):
             key = name if name not in per_subset else f"{os.path.basename(path)}:{name}"
             per_subset[key] = scored
         print(f"{spec}: {kind}, {len(source.names)} pairs")
-    for s in per_subset.values():  # the rewards as the model serves them
-        s.rewards = calibrate.apply_length(cal, s.rewards, s.lengths)
-    rewards = torch.cat([s.rewards for s in per_subset.values()])
-    norm = calibrate.normalization(rewards, calibrated=cal is not None)
+    per_subset, norm = as_served(per_subset, cal)  # the rewards as the model serves them
     who = dict(ckpt=args.ckpt, head=info["head"], data=args.data, batch_size=batch_size)
     who.update(length_calibration=cal, reward_normalization=norm)
     result = write_report(args.out, per_subset, info=who)

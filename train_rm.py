@@ -40,7 +40,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from cache import open_caches_of
-from ckpt import checkpoint_tokenizer, resume, save_checkpoint
+from calibrate import describe as describe_calibration
+from ckpt import checkpoint_tokenizer, resume, save_checkpoint, update_checkpoint
 from cli import (
     AT_LEAST_1,
     NON_NEGATIVE,
@@ -54,7 +55,15 @@ from cli import (
 from data.arith.prepare import built_in
 from data.pairs import PairDataset, bucketed_order, dataset_dir
 from data.tokenizer import tokenizer_fingerprint
-from eval_rm import all_reduce_sum, evaluate, save, subsets_of, write_report
+from eval_rm import (
+    all_reduce_sum,
+    as_served,
+    evaluate,
+    fit_calibration,
+    save,
+    subsets_of,
+    write_report,
+)
 from fsdp import full_state, gathered, load_full_state, no_sync, shard
 from length_head import LengthDebiasedRewardModel
 from lora import add_lora, memory_report
@@ -115,6 +124,9 @@ class TrainConfig:
     )
     length_head: bool = opt(False, "ODIN: a second head absorbs response length; the first scores")
     length_coef: float = opt(1.0, "--length_head: weight of ODIN's decorrelation terms")
+    calibrate_length: bool = opt(
+        False, "fit the reward's length dependence on the training pairs, store it (calibrate.py)"
+    )
     epochs: int = opt(
         0,
         "> 0: this many passes over the training pairs (sets --max_iters), "
@@ -194,7 +206,8 @@ class PairStep(nn.Module):
             odin = (c.loss, c.margin, c.center_coef, c.length_coef)
             if c.pack:
                 row = (b.tokens, b.segments, b.positions, b.chosen_end, b.rejected_end)
-                objective, stats = rm.loss_packed(*row, *odin, flex=b.tokens.is_cuda)
+                flex = b.tokens.is_cuda
+                objective, stats = rm.loss_packed(*row, *odin, flex=flex, states=b.states)
             else:
                 pair = (b.chosen, b.chosen_mask, b.rejected, b.rejected_mask)
                 objective, stats = rm.loss(*pair, b.chosen_response_mask, *odin)
@@ -236,9 +249,11 @@ def load_data(cfg, proc):
 
 def open_caches(cfg, proc, rm, train, val, say):
     """(train, val) cache.FrozenCache of the frozen layers' output, when --train_layers freezes
-    some and the model is the plain RM (the LM term and ODIN read more than the reward tokens);
-    else (None, None). A cached run trains and evaluates on packed rows, an exact re-layout."""
-    if not (cfg.cache and cfg.train_layers and type(rm) is RewardModel and cfg.init != "scratch"):
+    some and the model reads the last layer at the reward tokens alone (the plain RM, ODIN's; the
+    LM term reads every token); else (None, None). A cached run trains and evaluates on packed
+    rows, an exact re-layout."""
+    reads_ends = type(rm) in (RewardModel, LengthDebiasedRewardModel)
+    if not (cfg.cache and cfg.train_layers and reads_ends and cfg.init != "scratch"):
         return None, None
     cfg.pack, d = True, dataset_dir(cfg.dataset)
     first = len(rm.backbone.layers) - cfg.train_layers
@@ -473,15 +488,31 @@ def main(argv=None):
 
     if rewards is None:  # resumed at the end: the checkpoint's evaluation was not kept
         ev, rewards = held_out(True)
-    return finish(cfg, proc, meta, val, ev, rewards, speed)
+    cal = None
+    if cfg.calibrate_length:  # the reward's length dependence, fitted on the training pairs
+        scoring.update(n_pairs=None, cache=caches[0])
+        with gathered(rm) if cfg.fsdp else nullcontext():
+            cal = fit_calibration(rm, train, meta["pad_id"], cfg.batch_size, **scoring)
+    return finish(cfg, proc, meta, val, ev, rewards, speed, cal)
 
 
-def finish(cfg, proc, meta, val, ev, rewards, speed):
-    """curves.png and eval_rm's report (eval.json and the reward plots) by rank 0; every rank
-    leaves the process group. Returns the last held-out metrics on rank 0."""
+def finish(cfg, proc, meta, val, ev, rewards, speed, cal=None):
+    """curves.png and eval_rm's report (eval.json and the reward plots) by rank 0; with a length
+    calibration, the calibrated rewards' report in out_dir/calibrated/ and the calibration and
+    their mean/std stored in ckpt.pt (as eval_rm.py --save_calibration). Every rank leaves the
+    process group. Returns the last held-out metrics on rank 0."""
     if proc.master:
         plot(cfg.out_dir)
-        write_report(cfg.out_dir, subsets_of(val, meta, rewards, os.path.basename(cfg.dataset)))
+        subsets = subsets_of(val, meta, rewards, os.path.basename(cfg.dataset))
+        write_report(cfg.out_dir, subsets)
+        if cal is not None:
+            print(f"length calibration: {describe_calibration(cal)}; the calibrated rewards:")
+            subsets, norm = as_served(subsets, cal)
+            write_report(
+                os.path.join(cfg.out_dir, "calibrated"), subsets, {"length_calibration": cal}
+            )
+            ckpt = os.path.join(cfg.out_dir, "ckpt.pt")
+            update_checkpoint(ckpt, length_calibration=cal, reward_normalization=norm)
         print(
             f"done in {speed.total():.0f}s: held-out accuracy {ev['acc']:.4f}; 'longer response"
             f" wins' {meta.get('length_baseline_val', float('nan')):.3f}; wrote {cfg.out_dir}/"

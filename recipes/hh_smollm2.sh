@@ -22,6 +22,9 @@
 #      the top layers only. Each pair is one packed row [prompt | chosen | rejected].
 #   3. The held-out pairs of every subset are scored at each epoch's end; the last evaluation
 #      writes OUT/eval.json (per subset) and its plots, and the summary below.
+#   4. --calibrate_length: the line of reward on log(response tokens) is fitted on the training
+#      pairs' rewards and stored in ckpt.pt (reward.py and eval_rm.py then serve r minus it);
+#      OUT/calibrated/eval.json is the held-out report of the calibrated rewards.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GGUF=${GGUF:-../shared/data/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf}
@@ -35,7 +38,8 @@ HEAD_LR=${HEAD_LR:-0}
 BATCH=${BATCH:-8}
 MAX_LEN=${MAX_LEN:-320}
 MAX_TRAIN=${MAX_TRAIN:-800}  # training pairs per subset: the frozen layers' cache fits the hour
-EXTRA=${EXTRA:-}
+CALIBRATE=${CALIBRATE:-true}  # also fit the length calibration on the training pairs (calibrate.py)
+EXTRA=${EXTRA:-}            # e.g. EXTRA="--length_head --length_coef 0.1" (ODIN, length_head.py)
 
 if [ ! -f "$DATA/meta.json" ]; then  # prepared once; later runs (other settings) reuse it
     python data/hh_rlhf/prepare.py --src "$HH" --tokenizer "$GGUF" --max_len "$MAX_LEN" \
@@ -45,17 +49,19 @@ python train_rm.py --init "$GGUF" --dataset "$DATA" --out_dir "$OUT" --overwrite
     --lm_coef 0 --pack --train_layers "$LAYERS" --batch_size "$BATCH" --epochs "$EPOCHS" \
     --lr "$LR" --min_lr "$(python -c "print($LR / 10)")" --head_lr "$HEAD_LR" --warmup 20 \
     --weight_decay 0 --eval_first false --eval_interval 100000 --eval_pairs 100000 \
-    --log_interval 50 $EXTRA
+    --log_interval 50 --calibrate_length "$CALIBRATE" $EXTRA
 python - "$OUT" <<'PY'
-import json, sys
+import json, os, sys
 out = sys.argv[1]
-res = json.load(open(f"{out}/eval.json"))
-print(f"{'subset':26s} {'n':>5s} {'acc':>6s} {'longer':>7s} {'shorter':>7s} {'margin':>7s} "
-      f"{'len_bal':>7s} {'len_corr':>8s}")
-for s, m in {**res["subsets"], "overall": res["overall"]}.items():
-    best = max(m["longer_wins"], m["shorter_wins"])
-    bal = m.get("length_balanced_accuracy", float("nan"))
-    print(f"{s:26s} {m['n']:5d} {m['accuracy']:6.3f} {m['longer_wins']:7.3f} "
-          f"{m['shorter_wins']:7.3f} {m['accuracy'] - best:+7.3f} {bal:7.3f} "
-          f"{m['length_corr'] or float('nan'):+8.3f}")
+print(f"{'model':11s} {'subset':26s} {'n':>5s} {'acc':>6s} {'longer':>7s} {'len_bal':>7s} "
+      f"{'acc_long':>8s} {'acc_short':>9s} {'len_corr':>8s}")
+for model, path in (("as trained", "eval.json"), ("calibrated", "calibrated/eval.json")):
+    if not os.path.exists(f"{out}/{path}"):
+        continue
+    res = json.load(open(f"{out}/{path}"))
+    for s, m in {**res["subsets"], "overall": res["overall"]}.items():
+        num = lambda k, f: format(m[k], f) if m.get(k) is not None else "n/a"
+        print(f"{model:11s} {s:26s} {m['n']:5d} {m['accuracy']:6.3f} {m['longer_wins']:7.3f} "
+              f"{num('length_balanced_accuracy', '7.3f'):>7s} {num('acc_chosen_longer', '8.3f'):>8s} "
+              f"{num('acc_chosen_shorter', '9.3f'):>9s} {num('length_corr', '+8.3f'):>8s}")
 PY

@@ -127,3 +127,67 @@ def test_head_lr_and_lora_train(arith, tmp_path):
     assert not any("lora" in k for k in ckpt["model"])  # merged: the original keys
     assert any("lora_A" in k for k in ckpt["trainable"]) and "head.weight" in ckpt["trainable"]
     assert res["acc"] >= 0
+
+
+def test_length_head_trains_from_the_cache(data, tmp_path):
+    """ODIN's packed loss reads the last layer at the reward tokens only, so it starts from the
+    cached states too: the loss and gradients of computing the frozen layers again (to the
+    rounding of float16)."""
+    from length_head import LengthDebiasedRewardModel
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(dim=48, n_layers=3, n_heads=4, n_kv_heads=2, vocab_size=V, hidden_dim=96)
+    rm = LengthDebiasedRewardModel.from_config(cfg)
+    with torch.no_grad():
+        rm.head.weight.normal_(), rm.length_head.weight.normal_()
+    train_rm.train_top_layers(rm, 1)
+    build(rm.backbone, data, "train", 2, tmp_path / "c", 0, torch.float16, say=lambda *a: None)
+    cache = FrozenCache(tmp_path / "c", "train", 2)
+    idx = [3, 0, 17, 9, 20]
+    b = data.collate_packed(idx, 0)
+    row = (b.tokens, b.segments, b.positions, b.chosen_end, b.rejected_end)
+    results = []
+    for states in (None, (cache.first, cache.rows(idx, b.tokens.size(1)))):
+        rm.zero_grad()
+        loss, stats = rm.loss_packed(*row, length_coef=0.5, states=states)
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in rm.named_parameters() if p.grad is not None}
+        results.append((loss.item(), stats["rho_quality"].item(), grads))
+    (loss, rho, grads), (loss2, rho2, grads2) = results
+    assert "length_head.weight" in grads and set(grads) == set(grads2)
+    # float16 states, as in the test above: errors of a few 1e-4. The head's bias has a zero
+    # gradient up to float noise (a constant cancels in r_c - r_r and in the correlation): 1e-6
+    assert abs(loss - loss2) < 1e-3 and abs(rho - rho2) < 1e-3
+    for n, g in grads.items():
+        assert (g - grads2[n]).abs().max() <= 5e-3 * g.abs().max() + 1e-6, n
+
+
+def test_train_rm_calibrate_length_fits_on_the_training_pairs(arith, tmp_path):
+    """--calibrate_length: the line of reward on log length over the TRAINING pairs' rewards
+    (scored from the cache), stored in ckpt.pt with the held-out mean/std, and the calibrated
+    report in out/calibrated/ equals eval_rm.py's on the same checkpoint."""
+    import calibrate
+    import eval_rm
+    from reward import load_for_scoring
+
+    out = tmp_path / "a"
+    run(arith, out, "--max_iters", 4, "--calibrate_length", "--eval_interval", 1000)
+    ckpt = torch.load(out / "ckpt.pt", weights_only=True)
+    cal, norm = ckpt["length_calibration"], ckpt["reward_normalization"]
+    rm, _ = load_for_scoring(str(out / "ckpt.pt"))
+    train = PairDataset(os.path.join(arith, "train.npz"))
+    _, r = eval_rm.evaluate(rm, train, 0, 16, return_rewards=True)  # recomputed, no cache
+    want = calibrate.fit_length(r, eval_rm.response_lengths(train, len(train)))
+    assert cal["n"] == 2 * len(train)
+    assert cal["coef"] == pytest.approx(want["coef"], rel=0.02, abs=1e-3)  # float16 cache
+    raw = json.loads((out / "eval.json").read_text())
+    fixed = json.loads((out / "calibrated" / "eval.json").read_text())
+    assert fixed["length_calibration"] == cal and norm["calibrated"] is True
+    assert fixed["overall"]["n"] == raw["overall"]["n"] == 32
+    # eval_rm.py applies the stored calibration by default: its report is the same
+    ev = eval_rm.main(
+        ["--ckpt", str(out / "ckpt.pt"), "--data", arith, "--out", str(tmp_path / "e")]
+    )
+    assert ev["overall"]["accuracy"] == fixed["overall"]["accuracy"]
+    assert ev["overall"]["length_corr"] == pytest.approx(fixed["overall"]["length_corr"], abs=0.02)
+    assert ev["reward_normalization"]["mean"] == pytest.approx(norm["mean"], abs=0.02)
