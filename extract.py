@@ -35,11 +35,10 @@ import re
 MAX_ANSWER_CHARS = 1000  # longer extracted answers count as no answer; answers_match -> False
 
 
-def _same(a, b):
-    """verifiable.answers_match, imported at call time: verifiable.py imports this file."""
-    from verifiable import answers_match
-
-    return answers_match(a, b)
+def _literal(a, b):
+    """The default `same`: equal strings. verifiable.py passes its answers_match instead (this
+    file cannot import it: verifiable.py imports this file)."""
+    return a.strip() == b.strip()
 
 
 def _capped(s):
@@ -112,8 +111,9 @@ _ANSWER_PHRASES = tuple(
 _HEDGE = re.compile(r"^(?:[A-Z]:|(?:the )?answer is)? ?\$?([-0-9.,]+)\.?$", re.I)  # "A: 3"
 
 
-def extract_answer_is(text):
-    """What follows the last "the answer is" / "answer:" (step 4 of the module docstring)."""
+def extract_answer_is(text, same=_literal):
+    """What follows the last "the answer is" / "answer:" (step 4 of the module docstring).
+    same(a, b) says whether two answers are one (a repeated "A: x" line is no hedge)."""
     best, phrase = max((text.rfind(p), p) for p in _ANSWER_PHRASES)
     if best < 0 and text.startswith("A:"):
         best, phrase = 0, "A:"
@@ -133,7 +133,7 @@ def extract_answer_is(text):
     value = _capped(lead[1] if lead else _value_of(rest) or _only_number(rest))
     line_start = text.rfind("\n", max(0, best - 200), best + 1)  # the line before this one
     before = _HEDGE.search(text[max(0, line_start - 80) : max(line_start, 0)].rpartition("\n")[2])
-    if value and line_start >= 0 and before and not _same(before[1], value):
+    if value and line_start >= 0 and before and not same(before[1], value):
         return ""  # "A: 2\nA: 3\nA: 4": a list of candidates, none of them committed to
     return value
 
@@ -234,9 +234,10 @@ _JOINED = re.compile(
 )
 
 
-def extract_boxes(text):
+def extract_boxes(text, same=_literal):
     """The last box and the boxes joined to it (step 2 of the module docstring), or None.
-    One answer boxed twice ("\\boxed{15\\frac{39}{40}} or \\boxed{\\frac{639}{40}}") is one."""
+    One answer boxed twice ("\\boxed{15\\frac{39}{40}} or \\boxed{\\frac{639}{40}}") is one
+    when same(a, b) says so."""
     last = extract_boxed(text)
     parts, end = [last], max(text.rfind("\\boxed"), text.rfind("\\fbox"))
     while last is not None and len(parts) < 16:
@@ -245,20 +246,23 @@ def extract_boxes(text):
         if inside is None or not _JOINED.fullmatch(text, start + len(inside) + 8, end):
             break
         parts, end = [inside.strip()] + parts, start
-    if len(parts) == 1 or all(_same(p, last) for p in parts):
+    if len(parts) == 1 or all(same(p, last) for p in parts):
         return last
     return _capped(", ".join(parts))
 
 
-def extract_answer(text):
-    """The response's final answer by the order in the module docstring, or None."""
+def extract_answer(text, same=_literal):
+    """The response's final answer by the order in the module docstring, or None. same(a, b)
+    compares two candidate answers (boxes of one answer, hedged "A:" lines); verifiable.py's
+    extract_answer passes answers_match, the default only equal strings."""
     if not isinstance(text, str):
         return None
     scope = extract_answer_tag(text) or text
-    order = [extract_boxes, extract_gsm8k, extract_answer_is, extract_conclusion]
+    boxes, answer_is = (lambda t: extract_boxes(t, same)), (lambda t: extract_answer_is(t, same))
+    order = [boxes, extract_gsm8k, answer_is, extract_conclusion]
     box = max(scope.rfind("\\boxed"), scope.rfind("\\fbox"))
     if 0 <= box < max(scope.rfind(p) for p in _ANSWER_PHRASES):  # "\\boxed{255} ... Final
-        order.insert(0, extract_answer_is)  # Answer: 10,455": the statement after the box wins
+        order.insert(0, answer_is)  # Answer: 10,455": the statement after the box wins
     for extract in order:
         found = extract(scope)
         if found is not None:

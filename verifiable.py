@@ -36,15 +36,13 @@ functions decode input_ids[s : e + 1], the end inclusive).
 import re
 from fractions import Fraction
 
+import extract as _extract
 from exact import key, same_set, split_top, unlabel, wraps
 from extract import (  # noqa: F401 (all re-exported: callers import the extractors from here)
     MAX_ANSWER_CHARS,
     ONE_NUMBER,
-    extract_answer,
-    extract_answer_is,
     extract_answer_tag,
     extract_boxed,
-    extract_boxes,
     extract_conclusion,
     extract_gsm8k,
 )
@@ -247,6 +245,27 @@ def answers_match(predicted, reference):
         return True
     decimal_a, decimal_b = ("." in x and "/" not in x and "frac" not in x for x in (a, b))
     return (decimal_a and close(key_a, key_b)) or (decimal_b and close(key_b, key_a))
+
+
+# ------------------------------------------------------------------ extraction with matching
+# extract.py finds answers; where it must tell whether two candidates are one answer ("\\boxed{2}
+# or \\boxed{2.0}", a repeated "A: x" line) it takes the matcher as an argument, so it never
+# imports this file. These are its extractors with answers_match, under their usual names.
+
+
+def extract_answer(text):
+    """extract.extract_answer with answers_match: the response's final answer, or None."""
+    return _extract.extract_answer(text, answers_match)
+
+
+def extract_boxes(text):
+    """extract.extract_boxes with answers_match: the last box and the boxes joined to it."""
+    return _extract.extract_boxes(text, answers_match)
+
+
+def extract_answer_is(text):
+    """extract.extract_answer_is with answers_match: what follows the last "answer is"."""
+    return _extract.extract_answer_is(text, answers_match)
 
 
 # ------------------------------------------------------------------ reward functions
