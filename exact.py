@@ -5,7 +5,7 @@ A small exact algebra in pure Python (re and fractions), written for comparing f
 answers, not for doing mathematics. key(s) turns a canonical answer string into a hashable
 key: numbers and simple expressions become an exact sum of terms coef * sqrt(n) * symbols
 (coef a Fraction, so 3/4 == 0.75 and 1/sqrt(3) == sqrt(3)/3); tuples and intervals keep their
-order and brackets; sets, bare lists and "a \\pm b" are multisets; matrices are rows of cells;
+order and brackets; sets, bare lists and "a \\pm b" are sets; matrices are rows of cells;
 an equation L = R is L - R up to a constant factor; a relation in one variable ("y>=3",
 "-40<b<6") is the interval it allows; anything else is the string itself. unlabel(s) gives
 the value side of a labelled answer ("(a,b)=(2,7)" -> "(2,7)"); same_set() lets a relation
@@ -446,10 +446,15 @@ def key(s, depth=0):
     return ("str", s) if value is None else ("num", _frozen(value))
 
 
+REPEATS_COUNT = False  # policy (measured on dev, bench/CORPUS.md): lists are sets
+
+
 def _multiset(items, depth):
-    """Bare lists, sets and a \\pm b: order does not matter, repeats do."""
+    """Bare lists, sets and a \\pm b: order does not matter, nor do repeats ("(1,2),(1,2),(3,4)"
+    lists the solutions "(1,2),(3,4)", as Math-Verify's sets do)."""
     out = []
     for item in items:  # a \pm b is the two items a + b, a - b
         a, pm, b = item.partition("\\pm")
         out.extend([a + "+" + b, a + "-" + b] if pm and "\\pm" not in b else [item])
-    return ("set",) + tuple(sorted((key(x, depth + 1) for x in out), key=repr))
+    keys = [key(x, depth + 1) for x in out]
+    return ("set",) + tuple(sorted(keys if REPEATS_COUNT else set(keys), key=repr))

@@ -266,7 +266,7 @@ DIFFERENT = [
     ("18", "180"), ("18", "-18"), ("18", "17"), ("18", "1.8"), ("18", "1,8"), ("1000", "100"),
     ("0.75", "0.7"), (r"\frac{3}{4}", r"\frac{4}{3}"), (r"1\frac{4}{5}", r"\frac45"),
     ("(3,4]", "(3,4)"), ("(1,2)", "(2,1)"), ("(1,2)", "1,2"), ("3, 5, 7", "3, 5"),
-    ("3, 5, 7", "3, 5, 7, 7"), (r"\text{Evelyn}", r"\text{Navin}"), ("50%", "0.5"),
+    ("3, 5, 7", "3, 5, 7, 8"), (r"\text{Evelyn}", r"\text{Navin}"), ("50%", "0.5"),
     (r"\sqrt{2}", r"\sqrt{3}"), (r"2\pi", r"\pi"), ("2k", "2"), ("2k+2", "2k+3"),
     (r"1 \pm \sqrt{19}", r"1+\sqrt{19}"), ("3R^2", "3r^2"), ("x^{10}", "x^{1}0"),
     ("-2 + 7i", "-2 - 7i"), ("5 or 6", "5"), ("x=5", "y=5"), ("y=2x+3", "y=2x-3"),
@@ -291,6 +291,19 @@ DIFFERENT = [
     (r"\sin^{-1} x", r"\frac{1}{\sin x}"), (r"\sin^2 x + \cos^2 x", "1"), (r"2^{1/2}", r"\sqrt2"),
     (r"10^{\frac{\sqrt{13}-5}{6}}", r"10^{\frac{\sqrt{13}+5}{6}}"), (r"\ln x", r"\log x"),
 ]  # fmt: skip
+
+
+def test_lists_are_sets_and_a_set_answers_a_tuple():
+    # policies measured on dev (bench/CORPUS.md): repeats do not count, as in Math-Verify's sets
+    assert answers_match("3, 5, 7, 7", "3, 5, 7") and answers_match(
+        "(1,2),(1,2),(3,4)", "(3,4),(1,2)"
+    )
+    assert not answers_match("3, 5, 5", "3, 5, 7") and not answers_match("2, 2", "2")
+    # a set written {1,3} answers the tuple (1,3) in the order written, not (3,1) nor [1,3]
+    assert answers_match("{1,3}", "(1,3)") and answers_match("(1,3)", r"\{1, 3\}")
+    assert not answers_match("{1,3}", "(3,1)") and not answers_match("{1,3}", "[1,3]")
+    assert not answers_match("{1,3}", "(1,3,5)") and not answers_match("{1,3,3}", "(1,3)")
+    assert V.math_reward(r"The roots are $\boxed{\{1, 3\}}$.", "(1, 3)") == 1.0
 
 
 @pytest.mark.parametrize("a,b", SAME)
