@@ -5,7 +5,7 @@ A small exact algebra in pure Python (re and fractions), written for comparing f
 answers, not for doing mathematics. key(s) turns a canonical answer string into a hashable
 key: numbers and simple expressions become an exact sum of terms coef * sqrt(n) * symbols
 (coef a Fraction, so 3/4 == 0.75 and 1/sqrt(3) == sqrt(3)/3); tuples and intervals keep their
-order and brackets; sets, bare lists and "a \\pm b" are sets; matrices are rows of cells;
+order and brackets; sets, bare lists and "a \\pm b" are sets (matrices: matrices.py);
 an equation L = R is L - R up to a constant factor; a relation in one variable ("y>=3",
 "-40<b<6") is the interval it allows; anything else is the string itself. unlabel(s) gives
 the value side of a labelled answer ("(a,b)=(2,7)" -> "(2,7)"); same_set() lets a relation
@@ -40,8 +40,6 @@ _TOKEN = re.compile(
 )
 _NUMBER = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
 _FRACTION = re.compile(r"(?<![0-9])([-+]?)([0-9]*)\\frac\{([0-9]+)\}\{([0-9]+)\}")
-# \begin{pmatrix}...\end{pmatrix}, also [\begin{array}{cc}...\end{array}] with its column spec
-_MATRIX = re.compile(r"[\[(]?\\begin\{([a-zA-Z]+)\}(?:\{[lcr|]+\})?(.*)\\end\{\1\}[\])]?", re.S)
 
 
 class _NoValue(Exception):
@@ -421,10 +419,6 @@ def key(s, depth=0):
     """A hashable key; two answers match when their keys are equal."""
     if depth > MAX_DEPTH or not s:
         return ("str", s)
-    matrix = _MATRIX.fullmatch(s) if "\\end{" in s else None
-    if matrix:  # pmatrix, bmatrix, [array]: rows of cells, whatever the brackets
-        rows = [split_top(row, "&") for row in matrix[2].split("\\\\") if row]
-        return ("matrix",) + tuple(tuple(key(c, depth + 1) for c in row) for row in rows)
     parts = split_top(s, "\\cup") if "\\cup" in s else [s]
     if len(parts) > 1:
         return ("union",) + tuple(key(p, depth + 1) for p in parts)

@@ -40,7 +40,7 @@ import re
 from fractions import Fraction
 
 import extract as _extract
-from exact import key, same_set, split_top, unlabel, wraps
+from exact import same_set, split_top, unlabel, wraps
 from extract import (  # noqa: F401 (all re-exported: callers import the extractors from here)
     MAX_ANSWER_CHARS,
     ONE_NUMBER,
@@ -49,6 +49,7 @@ from extract import (  # noqa: F401 (all re-exported: callers import the extract
     extract_conclusion,
     extract_gsm8k,
 )
+from matrices import key  # exact.key, with matrix literals and their arithmetic read first
 
 # ------------------------------------------------------------------ canonical strings
 

@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import exact
 import extract
+import matrices
 import verifiable as V
 from verifiable import answers_match, extract_answer, extract_boxed, extract_gsm8k
 
@@ -293,6 +294,32 @@ DIFFERENT = [
 ]  # fmt: skip
 
 
+def test_matrix_arithmetic_is_evaluated():
+    P, E = r"\begin{pmatrix}", r"\end{pmatrix}"
+
+    def mat(body):
+        return P + body + E
+
+    a, b = mat(r"1 & 2 \\ 3 & 4"), mat(r"0 & 1 \\ 1 & 0")
+    assert answers_match("2" + a, mat(r"2 & 4 \\ 6 & 8"))  # a scalar times a matrix
+    assert answers_match(r"\frac{1}{2}" + a, mat(r"0.5 & 1 \\ 1.5 & 2"))
+    assert answers_match(a + "+" + b, mat(r"1 & 3 \\ 4 & 4")) and answers_match(
+        a + "-" + a, mat("0&0\\\\0&0")
+    )
+    assert answers_match(a + b, mat(r"2 & 1 \\ 4 & 3"))  # products keep their order
+    assert answers_match(a + r" \cdot " + b, mat(r"2 & 1 \\ 4 & 3"))
+    assert not answers_match(b + a, mat(r"2 & 1 \\ 4 & 3"))
+    assert answers_match(a + "^T", mat(r"1 & 3 \\ 2 & 4")) and answers_match(
+        a + "^2", mat(r"7 & 10 \\ 15 & 22")
+    )
+    assert answers_match(
+        r"\begin{bmatrix} 1 \\ 2 \end{bmatrix} + " + mat(r"3 \\ 4"), mat(r"4 \\ 6")
+    )
+    assert not answers_match(a + "+" + b, mat(r"1 & 3 \\ 4 & 5")) and not answers_match("2" + a, a)
+    assert not answers_match(a + "+" + mat("1 \\\\ 2"), a)  # shapes that do not add: no value
+    assert V.math_reward(r"So $M = \boxed{" + a + "+" + b + "}$.", mat(r"1 & 3 \\ 4 & 4")) == 1.0
+
+
 def test_lists_are_sets_and_a_set_answers_a_tuple():
     # policies measured on dev (bench/CORPUS.md): repeats do not count, as in Math-Verify's sets
     assert answers_match("3, 5, 7, 7", "3, 5, 7") and answers_match(
@@ -490,7 +517,7 @@ def test_graders_import_without_torch():
 
 
 def test_no_eval_or_exec_in_the_source():
-    for name in ("verifiable.py", "extract.py", "exact.py"):
+    for name in ("verifiable.py", "extract.py", "exact.py", "matrices.py"):
         check_no_eval(ast.parse((ROOT / name).read_text()))
 
 
@@ -559,7 +586,10 @@ def test_hard_answers_return_quickly(text):
 
 def test_every_regex_is_fast_on_adversarial_text():
     patterns = [
-        v for m in (V, extract, exact) for v in vars(m).values() if isinstance(v, re.Pattern)
+        v
+        for m in (V, extract, exact, matrices)
+        for v in vars(m).values()
+        if isinstance(v, re.Pattern)
     ]
     patterns += [p for _, p, _ in V._BRACE_ARGS]
     assert len(patterns) >= 8
