@@ -12,9 +12,10 @@ the value side of a labelled answer ("(a,b)=(2,7)" -> "(2,7)"); same_set() lets 
 match its interval. verifiable.answers_match decides when to use them.
 
 What it deliberately does not do: no eval or exec, no floats (nothing is ever rounded), no
-factoring, no identity but i^2 = -1. A symbol is one letter or \\pi ("ab" is a word, not
-a*b). \\sin x, \\log_2 x, \\sqrt{x}, 10^{x} are opaque factors: they commute ("\\sin b\\cos a"
-== "\\cos a\\sin b") but no trigonometric or logarithmic identity applies. Every step has a
+factoring, no identity but i^2 = -1 and the trigonometric ones of trig.py (sums, multiples,
+k*pi/12, sin^2 + cos^2 = 1). A symbol is one letter or \\pi ("ab" is a word, not a*b).
+\\sin x, \\log_2 x, \\sqrt{x}, 10^{x} are opaque factors: they commute ("\\sin b\\cos a" ==
+"\\cos a\\sin b") but no logarithmic identity applies. Every step has a
 size limit below, so any str is handled in bounded time; past a limit the answer is compared
 as a string. It does not solve: "2x=8" is an equation, not the answer 4, and a relation is
 read only when one side is a name or it is linear in one symbol.
@@ -22,18 +23,26 @@ read only when one side is a name or it is linear in one symbol.
 
 import re
 from fractions import Fraction
-from math import gcd
 
-MAX_EXPONENT = 400  # 1e400 is a number; 1e99999 is not parsed (it would be a huge integer)
-MAX_DEPTH = 40  # nesting limit for brackets and the expression parser
-MAX_TERMS = 64  # expanding (a+b)^n past this many terms is refused
-MAX_RADICAND = 10**6  # sqrt(n) is simplified by trial division up to 10^3
-MAX_BITS = 10_000  # bigger numerators or denominators are refused (about 3000 digits)
+from brackets import split_top, wraps  # noqa: F401 (re-exported: verifiable.py imports them)
+from trig import _function, _pythagoras
+from values import (  # noqa: F401 (re-exported: matrices.py imports them from here)
+    MAX_BITS,
+    MAX_DEPTH,
+    MAX_EXPONENT,
+    MAX_TERMS,
+    _bits,
+    _const,
+    _frozen,
+    _inverse,
+    _mul,
+    _NoValue,
+    _opaque,
+    _squarefree,
+)
 
 # ------------------------------------------------------------------ exact expression values
-# A value is a dict {(radicand, symbols): Fraction coefficient}: a sum of terms
-# coef * sqrt(radicand) * x^a * pi^b ..., with radicand square-free and symbols a sorted tuple
-# of (name, power). Equal dicts mean equal expressions; nothing is ever rounded.
+# Values (sums of coef * sqrt(r) * symbols) and their algebra are in values.py.
 
 _TOKEN = re.compile(
     r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|\\[a-zA-Z]+|[a-zA-Z]+|\S"
@@ -42,76 +51,9 @@ _NUMBER = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
 _FRACTION = re.compile(r"(?<![0-9])([-+]?)([0-9]*)\\frac\{([0-9]+)\}\{([0-9]+)\}")
 
 
-class _NoValue(Exception):
-    pass
-
-
-def _squarefree(n):
-    """n = out^2 * inside with inside square-free; trial division, so n is capped."""
-    if n > MAX_RADICAND:
-        raise _NoValue
-    out, d = 1, 2
-    while d * d <= n:
-        while n % (d * d) == 0:
-            n //= d * d
-            out *= d
-        d += 1
-    return out, n
-
-
-def _mul_terms(a, b):
-    (ra, sa), (rb, sb) = a, b
-    g = gcd(ra, rb)  # sqrt(ra) * sqrt(rb) = g * sqrt(ra/g * rb/g), still square-free
-    coef, powers = g, dict(sa)
-    for name, p in sb:
-        powers[name] = powers.get(name, 0) + p
-    if "i" in powers:  # the one identity applied to symbols: i^2 = -1
-        coef = -coef if powers["i"] // 2 % 2 else coef
-        powers["i"] %= 2
-    syms = tuple(sorted((k, p) for k, p in powers.items() if p))
-    return coef, ((ra // g) * (rb // g), syms)
-
-
-def _mul(x, y):
-    out = {}
-    for ta, ca in x.items():
-        for tb, cb in y.items():
-            coef, term = _mul_terms(ta, tb)
-            out[term] = out.get(term, 0) + ca * cb * coef
-    out = {t: c for t, c in out.items() if c}
-    if len(out) > MAX_TERMS or any(_bits(c) > MAX_BITS for c in out.values()):
-        raise _NoValue
-    return out
-
-
-def _bits(c):
-    return max(c.numerator.bit_length(), c.denominator.bit_length())
-
-
-def _inverse(x):
-    """1 / x for a single term c*sqrt(r)*syms: (1/(c*r)) * sqrt(r) * syms^-1. Sums refused."""
-    if len(x) != 1:
-        raise _NoValue
-    ((r, syms), c) = next(iter(x.items()))
-    return _mul({(r, ()): Fraction(1) / (c * r)}, {(1, tuple((k, -p) for k, p in syms)): 1})
-
-
-def _const(x):
-    """The rational number x, or raise: only constants can be exponents or radicands."""
-    if not x:
-        return 0
-    if len(x) != 1 or (1, ()) not in x:
-        raise _NoValue
-    return x[(1, ())]
-
-
 # an opaque factor (\sin x, 10^{x}) is a symbol named by its exact parts: equal only to itself
 _FUNCTIONS = set("\\sin \\cos \\tan \\cot \\sec \\csc \\ln \\log \\exp".split())
 _STOPS = (None, "+", "-", ")", "}", "*", "/", "=", ",")  # what ends a function's argument
-
-
-def _opaque(name, *parts, power=1):
-    return {(1, ((name + repr(tuple(_frozen(p) for p in parts)), power),)): 1}
 
 
 class _Parser:
@@ -226,7 +168,7 @@ class _Parser:
             n = _const(self.atom()) if self.peek() == "^" and self.take() else 1
             if n not in range(1, 10):
                 raise _NoValue
-            return _opaque(token, base, self.argument(), power=int(n))
+            return _function(token, base, self.argument(), int(n))
         if token == "\\sqrt":
             inside = self.group("{", "}")
             if set(inside) - {(1, ())}:
@@ -252,17 +194,12 @@ def _value(s):
         try:
             parser = _Parser(s)
             value = parser.sum()
+            value = _pythagoras(value) if "\\" in s else value  # sin^2 u -> 1 - cos^2 u
         except (_NoValue, ValueError, ZeroDivisionError, OverflowError, RecursionError):
             return None
         if parser.peek() is not None or any(_bits(c) > MAX_BITS for c in value.values()):
             return None
     return value
-
-
-def _frozen(value):
-    """A value as a sorted tuple; integral coefficients as int so that equal keys also have
-    equal repr (multisets sort by repr)."""
-    return tuple(sorted((t, int(c) if c.denominator == 1 else c) for t, c in value.items() if c))
 
 
 def _difference(left, right):
@@ -389,30 +326,6 @@ def same_set(a, b):
 
 
 # ------------------------------------------------------------------ structure and matching
-
-
-def split_top(s, sep):
-    """Split s on sep where no bracket is open. Brackets of any kind count, so "(3,4]" works."""
-    parts, depth, start, i = [], 0, 0, 0
-    while i < len(s):
-        if depth == 0 and s.startswith(sep, i):  # no separator starts with a bracket
-            parts.append(s[start:i])
-            start = i = i + len(sep)
-            continue
-        depth += (s[i] in "([{\u2983") - (s[i] in ")]}\u2984")
-        i += 1
-    return parts + [s[start:]]
-
-
-def wraps(s):
-    """True when the bracket at s[0] closes at s[-1] (so "(a)(b)" is not one group)."""
-    depth = 0
-    for i, c in enumerate(s):
-        depth += c in "([{\u2983"
-        depth -= c in ")]}\u2984"
-        if depth == 0:
-            return i == len(s) - 1
-    return False
 
 
 def key(s, depth=0):

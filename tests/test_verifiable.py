@@ -289,9 +289,23 @@ DIFFERENT = [
     ("5m", "5"), ("2,500.75\u20ac", "2500.57"), ("1,000,00", "100000"),
     # opaque factors equal only themselves: no identity, no inverse function
     (r"\sin x", r"\sin y"), (r"\sin 2x", r"2\sin x"), (r"\sin x\cos y", r"\sin(x\cos y)"),
-    (r"\sin^{-1} x", r"\frac{1}{\sin x}"), (r"\sin^2 x + \cos^2 x", "1"), (r"2^{1/2}", r"\sqrt2"),
+    (r"\sin^{-1} x", r"\frac{1}{\sin x}"), (r"\sin^2 x - \cos^2 x", "1"), (r"2^{1/2}", r"\sqrt2"),
     (r"10^{\frac{\sqrt{13}-5}{6}}", r"10^{\frac{\sqrt{13}+5}{6}}"), (r"\ln x", r"\log x"),
 ]  # fmt: skip
+
+
+def test_trigonometric_identities_and_special_angles():
+    same = [(r"\sin^2 x + \cos^2 x", "1"), (r"\sin 2x", r"2\sin x\cos x"), (r"\cos 2x", r"1-2\sin^2 x"),
+            (r"\tan x", r"\frac{\sin x}{\cos x}"), (r"\sec^2 x - \tan^2 x", "1"), (r"\sin(-x)", r"-\sin x"),
+            (r"\sin(x+y)", r"\sin x\cos y+\cos x\sin y"), (r"\cos 3x", r"4\cos^3 x - 3\cos x"),
+            (r"\sin\frac{\pi}{6}", "1/2"), (r"\cos(\pi/4)", r"\frac{\sqrt2}{2}"), (r"\tan\frac{\pi}{3}", r"\sqrt3"),
+            (r"\sin\frac{\pi}{12}", r"\frac{\sqrt6-\sqrt2}{4}"), (r"\cos\frac{5\pi}{6}", r"-\frac{\sqrt{3}}{2}")]  # fmt: skip
+    for a, b in same:
+        assert answers_match(a, b) and answers_match(b, a), (a, b)
+    different = [(r"\sin^2 x + \cos^2 x", "2"), (r"\sin 2x", r"2\sin x"), (r"\sin\frac{\pi}{6}", r"\frac{\sqrt3}{2}"),
+                 (r"\cos(\pi/4)", r"-\frac{\sqrt2}{2}"), (r"\sin(x+y)", r"\sin x + \sin y"), (r"\tan x", r"\cot x")]  # fmt: skip
+    for a, b in different:
+        assert not answers_match(a, b) and not answers_match(b, a), (a, b)
 
 
 def test_matrix_arithmetic_is_evaluated():
@@ -517,7 +531,7 @@ def test_graders_import_without_torch():
 
 
 def test_no_eval_or_exec_in_the_source():
-    for name in ("verifiable.py", "extract.py", "exact.py", "matrices.py"):
+    for name in ("verifiable.py", "extract.py", "exact.py", "matrices.py", "values.py", "trig.py"):
         check_no_eval(ast.parse((ROOT / name).read_text()))
 
 
