@@ -22,8 +22,9 @@ compare by cell; equations up to a factor. Policies (tests cover both sides of e
 - Numbers: "1,000", "1 000" and "14{,}916" are one number, "32, 349" and "1 2 3" lists, "0,25"
   a decimal comma against a number; units after a number go ("2,500.75€", "45km"), "5m"
   stays algebra; "50%" == "50" != "0.5". "4210_5" == "4210" (a base on one side only).
-- Rounding: a number written with 2+ decimals is a value with no exact decimal that long,
-  rounded or cut (0.33 for 1/3); 0.8 is not 3/4. "x = 1/3 \\approx 0.33" is 1/3.
+- Rounding (decimals.py): a number written with 2+ decimals is a value with no exact decimal
+  that long, rounded or cut (0.33 for 1/3); 0.8 is not 3/4. Or both agree to 6 places, b not
+  an integer (Math-Verify's rule: 3.141593 is pi). "x = 1/3 \\approx 0.33" is 1/3.
 - A list never equals one of its elements; "{1,3}" is the set \\{1,3\\}. Repeats in a list do
   not count ("(1,2),(1,2)" lists one solution); a set answers a tuple of its items in the
   order written ("{1,3}" == "(1,3)" != "(3,1)"). Both measured on dev as Math-Verify's choices:
@@ -37,9 +38,9 @@ functions decode input_ids[s : e + 1], the end inclusive).
 """
 
 import re
-from fractions import Fraction
 
 import extract as _extract
+from decimals import close  # a written decimal as a rounded value: that file's policies
 from exact import same_set, split_top, unlabel, wraps
 from extract import (  # noqa: F401 (all re-exported: callers import the extractors from here)
     MAX_ANSWER_CHARS,
@@ -192,30 +193,6 @@ def canonical(answer):
 
 
 # ------------------------------------------------------------------ matching
-# exact.py never rounds; reading a written decimal as a rounded value is this file's policy.
-
-
-def close(a, b):
-    """exact.key()s equal up to rounding, for an a written in decimals: each number of 2+ places in a
-    is b's value rounded or cut to its places, when that value has no exact decimal of that
-    length (0.33 for 1/3, 0.0833 for 1/12, cell by cell in tuples and matrices). 0.8 for 3/4
-    stays wrong: 3/4 is exactly 0.75. Sets are compared exactly (their order is by value)."""
-    if a == b:
-        return True
-    if not (isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b) and a):
-        return False
-    if a[0] == b[0] == "num":
-        x, y = (dict(v).get((1, ())) if len(v) == 1 else None for v in (a[1], b[1]))
-        return None not in (x, y) and _rounds(Fraction(x), Fraction(y))
-    return a[0] != "set" and all(close(x, y) for x, y in zip(a, b, strict=True))
-
-
-def _rounds(d, x):
-    places = next((k for k in range(40) if (d * 10**k).denominator == 1), 0)
-    if places < 2 or (x * 10**places).denominator == 1 or (x < 0) != (d < 0):
-        return False
-    gap, place = abs(x) - abs(d), Fraction(1, 10**places)  # rounded: within half a place;
-    return abs(gap) <= place / 2 or 0 < gap < place  # cut: below x by less than a place
 
 
 SET_AS_TUPLE = True  # policy (measured on dev, bench/CORPUS.md)

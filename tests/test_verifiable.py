@@ -183,6 +183,20 @@ def test_policy_a_decimal_rounds_only_a_value_with_no_exact_decimal():
     assert not answers_match("0.33, 0.5", r"\{\frac13, \frac12\}")  # sets: exactly
 
 
+def test_policy_a_decimal_of_six_places_rounds_as_in_math_verify():
+    # decimals.SIX_PLACES: both sides rounded to 6 places agree (Math-Verify's float_rounding)
+    same = [("0.3333333", "1/3"), ("0.666667", r"\frac23"), ("3.141593", r"\pi"),
+            ("6.283185", r"2\pi"), ("1.414214", r"\sqrt2"), ("1.4142136", r"\sqrt{2}"),
+            ("2.5000001", "2.5"), ("0.1234567", "0.1234568"), ("0.785398", r"\frac{\pi}{4}")]  # fmt: skip
+    different = [("3.14159", r"\pi"), ("1.41421", r"\sqrt2"), ("3.141592", r"\pi"),
+                 ("1.0000001", "1"), ("0.0000001", "0"), ("2.000001", "2"), ("0.666668", r"\frac23"),
+                 ("3.141593", r"-\pi"), ("1.414214", r"\sqrt3"), ("0.785398", r"\frac{\pi}{3}")]  # fmt: skip
+    for a, b in same:
+        assert answers_match(a, b) and answers_match(b, a), (a, b)
+    for a, b in different:
+        assert not answers_match(a, b) and not answers_match(b, a), (a, b)
+
+
 def test_a_colon_states_unless_the_sentence_is_an_instruction():
     text = r"Matrix with fractions: $\begin{pmatrix} \frac12 & 1 \\ 2 & 3 \end{pmatrix}$"
     assert V.math_reward(text, r"\begin{pmatrix} 0.5 & 1 \\ 2 & 3 \end{pmatrix}") == 1.0
@@ -531,7 +545,8 @@ def test_graders_import_without_torch():
 
 
 def test_no_eval_or_exec_in_the_source():
-    for name in ("verifiable.py", "extract.py", "exact.py", "matrices.py", "values.py", "trig.py"):
+    for name in ("verifiable.py", "extract.py", "exact.py", "matrices.py", "values.py", "trig.py",
+                 "decimals.py", "brackets.py"):  # fmt: skip
         check_no_eval(ast.parse((ROOT / name).read_text()))
 
 
