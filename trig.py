@@ -4,8 +4,9 @@ Trigonometry on exact values (values.py), as sympy's simplify would see it, for 
 tan, cot, sec, csc are quotients of sin and cos; sin and cos of a sum or of an integer multiple
 (up to 6) expand; at k*pi/12 they are exact surds; sin^2 u is rewritten 1 - cos^2 u, so a
 polynomial in sines and cosines has one value modulo sin^2 + cos^2 = 1 ("\\sin^2 x+\\cos^2 x" is
-1, "\\sin 2x" is 2\\sin x\\cos x). Not covered: half angles, inverse functions, degrees
-("\\sin 30^\\circ" loses its degree sign in canonical() and stays opaque).
+1, "\\sin 2x" is 2\\sin x\\cos x). Degrees right after a function become radians in
+verifiable.canonical() ("\\sin 30^\\circ" is \\sin(30\\pi/180) = 1/2). Not covered: half angles,
+inverse functions.
 """
 
 from fractions import Fraction

@@ -19,6 +19,8 @@ compare by cell; equations up to a factor. Policies (tests cover both sides of e
 - Labels: "(a,b)=(2,7)" == "(2,7)", "g(x)=2" == "2", a chain "y=2+2+3=9=7" is 7; "x+1=5" is
   an equation, not 5; "x=5" != "y=5".
 - Relations are the sets they allow: "y \\geq 3" == "[3,\\infty)", "-40<b<6" == "(-40,6)".
+- Degrees: "30^\\circ" == "30" != "\\pi/6" (Math-Verify's reading); after sin, cos, tan ... they
+  are the angle: "\\sin 30^\\circ" == "1/2" (Math-Verify: sin of 30 radians).
 - Numbers: "1,000", "1 000" and "14{,}916" are one number, "32, 349" and "1 2 3" lists, "0,25"
   a decimal comma against a number; units after a number go ("2,500.75€", "45km"), "5m"
   stays algebra; "50%" == "50" != "0.5". "4210_5" == "4210" (a base on one side only).
@@ -106,6 +108,11 @@ _OR_AND = re.compile(r"(?<!\s)\s+(?:or|and)\s+|(?<=\))or(?=\()")
 _ATTACHED = re.compile(r"(?<![0-9,.])([-+]?[0-9][0-9,.]*)([a-zA-Z]{1,3})(?:\^\{?[23]\}?)?")
 _UNITS = set("km cm mm m kg g mg ml mL L ft in mi h hr hrs min s sec mph".split())  # "45km"
 _NAME = re.compile(r"[a-zA-Z](?:_\{?[0-9a-zA-Z]{1,3}\}?)?")  # a variable: x, p, x_1, a_{12}
+# an angle in degrees right after a trigonometric function: "\sin 30^\circ" is \sin(30\pi/180)
+_TRIG_DEGREES = re.compile(
+    r"(\\(?:sin|cos|tan|cot|sec|csc)(?:\^\{?[0-9]\}?)?[ ({]*)([0-9]+(?:\.[0-9]+)?) ?"
+    r"(?:\^\{\u00b0\}|\^\u00b0|\u00b0)"
+)
 
 
 def _unwrap_text(s):
@@ -163,6 +170,8 @@ def canonical(answer):
     if "\u2248" in s:  # "x = 1/3 \\approx 0.33" is 1/3; "x \\approx 11" is 11
         left, _, right = s.partition("\u2248")
         s = left if "=" in left or any(c.isdigit() for c in left) else left + "=" + right
+    if "\u00b0" in s and "\\" in s:  # degrees in trigonometry are an angle; elsewhere they go
+        s = _TRIG_DEGREES.sub(r"\1(\2\\pi/180)", s)
     s = s.replace("$", "").replace("%", "").replace("^{\u00b0}", "").replace("^\u00b0", "")
     s = s.replace("\u00b0", "").strip().rstrip(".").strip()
     if "=" in s:

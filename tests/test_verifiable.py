@@ -322,6 +322,21 @@ def test_trigonometric_identities_and_special_angles():
         assert not answers_match(a, b) and not answers_match(b, a), (a, b)
 
 
+def test_degrees_in_trigonometry_are_an_angle():
+    # after sin/cos/tan/... a number of degrees is that angle (Math-Verify reads \sin 30^\circ as
+    # sin of 30 radians); a bare angle keeps its number: 30^\circ == 30 != \pi/6, as Math-Verify
+    same = [(r"\sin 30^\circ", "1/2"), (r"\cos 60^{\circ}", "0.5"), (r"\sin(30^\circ)", r"\frac12"),
+            (r"\tan 45^\circ", "1"), (r"\sin^2 45^\circ", "1/2"), ("\\cos 30\u00b0", r"\frac{\sqrt3}{2}"),
+            (r"\sin 10^\circ", r"\sin\frac{\pi}{18}"), (r"2\sin 15^\circ\cos 15^\circ", "1/2"),
+            (r"30^\circ", "30"), (r"\angle A = 30^\circ", "30")]  # fmt: skip
+    different = [(r"\sin 30^\circ", r"\sin 30"), (r"\sin 30^\circ", "30"), (r"\sin 30^\circ", r"\frac{\sqrt3}2"),
+                 (r"\cos 60^\circ", r"-\frac12"), (r"30^\circ", r"\frac{\pi}{6}"), (r"\tan 45^\circ", r"\tan 45")]  # fmt: skip
+    for a, b in same:
+        assert answers_match(a, b) and answers_match(b, a), (a, b)
+    for a, b in different:
+        assert not answers_match(a, b) and not answers_match(b, a), (a, b)
+
+
 def test_matrix_arithmetic_is_evaluated():
     P, E = r"\begin{pmatrix}", r"\end{pmatrix}"
 
