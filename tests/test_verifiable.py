@@ -280,7 +280,7 @@ SAME = [
 DIFFERENT = [
     ("18", "180"), ("18", "-18"), ("18", "17"), ("18", "1.8"), ("18", "1,8"), ("1000", "100"),
     ("0.75", "0.7"), (r"\frac{3}{4}", r"\frac{4}{3}"), (r"1\frac{4}{5}", r"\frac45"),
-    ("(3,4]", "(3,4)"), ("(1,2)", "(2,1)"), ("(1,2)", "1,2"), ("3, 5, 7", "3, 5"),
+    ("(3,4]", "(3,4)"), ("(1,2)", "(2,1)"), ("(1,2)", "2,1"), ("3, 5, 7", "3, 5"),
     ("3, 5, 7", "3, 5, 7, 8"), (r"\text{Evelyn}", r"\text{Navin}"), ("50%", "0.5"),
     (r"\sqrt{2}", r"\sqrt{3}"), (r"2\pi", r"\pi"), ("2k", "2"), ("2k+2", "2k+3"),
     (r"1 \pm \sqrt{19}", r"1+\sqrt{19}"), ("3R^2", "3r^2"), ("x^{10}", "x^{1}0"),
@@ -363,7 +363,7 @@ def test_matrix_arithmetic_is_evaluated():
     assert V.math_reward(r"So $M = \boxed{" + a + "+" + b + "}$.", mat(r"1 & 3 \\ 4 & 4")) == 1.0
 
 
-def test_lists_are_sets_and_a_set_answers_a_tuple():
+def test_lists_are_sets_and_a_set_or_a_list_answers_a_tuple():
     # policies measured on dev (bench/CORPUS.md): repeats do not count, as in Math-Verify's sets
     assert answers_match("3, 5, 7, 7", "3, 5, 7") and answers_match(
         "(1,2),(1,2),(3,4)", "(3,4),(1,2)"
@@ -374,6 +374,12 @@ def test_lists_are_sets_and_a_set_answers_a_tuple():
     assert not answers_match("{1,3}", "(3,1)") and not answers_match("{1,3}", "[1,3]")
     assert not answers_match("{1,3}", "(1,3,5)") and not answers_match("{1,3,3}", "(1,3)")
     assert V.math_reward(r"The roots are $\boxed{\{1, 3\}}$.", "(1, 3)") == 1.0
+    # a bare list answers the tuple of its items in the order written (verifiable.LIST_AS_TUPLE)
+    assert answers_match("1, 3", "(1,3)") and answers_match("(1, 2, 3)", "1,2,3")
+    assert answers_match("1 \\text{ or } 3", "(1,3)")
+    assert not answers_match("3, 1", "(1,3)") and not answers_match("1, 3", "[1,3]")
+    assert not answers_match("1, 3", "(1,3,5)") and not answers_match("1, 3, 5", "(1,3)")
+    assert not answers_match("1,000,00", "(0,1)") and not answers_match("1, 4", "(1,3)")
 
 
 @pytest.mark.parametrize("a,b", SAME)
