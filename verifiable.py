@@ -36,7 +36,9 @@ compare by cell; equations up to a factor. Policies (tests cover both sides of e
   the list is the reference, the written order when it is the prediction).
 - Solutions: "p=5,q=2;p=7,q=2" == "(5,2),(7,2)" (";" between groups that name the same
   variables in alphabetical order). A reference too long to be an answer is read like a response.
-Text answers are case-sensitive; what the algebra leaves out is listed in exact.py.
+- Case: words of 2+ letters ignore it ("\\text{Monday}" == "monday"), single letters do not
+  ("B" != "b", "3R^2" != "3r^2"); Math-Verify lowercases every symbol. Dev cannot tell the two.
+What the algebra leaves out is listed in exact.py.
 
 VerifiableRewardModel decodes input_ids[b, start:end], end exclusive (ColossalChat's reward
 functions decode input_ids[s : e + 1], the end inclusive).
@@ -207,6 +209,18 @@ def canonical(answer):
 # ------------------------------------------------------------------ matching
 
 
+IGNORE_CASE = "words"  # policy (measured on dev, bench/CORPUS.md); "all": Math-Verify's
+_FOLD = {"words": re.compile(r"\\[a-zA-Z]+|[a-zA-Z]{2,}"), "all": re.compile(r"\\[a-zA-Z]+|[A-Z]+")}
+
+
+def _fold(s):
+    """s with words ("words": 2+ letters; "all": every letter) lowercased, commands kept:
+    "\\text{Monday}" == "monday". Math-Verify lowercases every symbol ("all": "X+Y" == "x+y");
+    nanoRM only words, so "3R^2" != "3r^2" and the choice "E" != Euler's "e"."""
+    pattern = _FOLD[IGNORE_CASE]
+    return pattern.sub(lambda m: m.group() if m.group()[0] == "\\" else m.group().lower(), s)
+
+
 SET_AS_TUPLE = True  # policies (measured on dev, bench/CORPUS.md)
 LIST_AS_TUPLE = True
 
@@ -239,6 +253,10 @@ def answers_match(predicted, reference):
     if (base_a is None) != (base_b is None):  # a base written on one side only: 4210_5, 4210
         a, b = (base_a[1], b) if base_a else (a, base_b[1])
         return a == b
+    if IGNORE_CASE and (a + b).lower() != a + b:  # an upper-case letter
+        a, b = _fold(a), _fold(b)
+        if a == b:
+            return True
     key_a, key_b = key(a), key(b)
     if key_a == key_b or same_set(key_a, key_b) or _as_tuple(a, b) or _as_tuple(b, a):
         return True

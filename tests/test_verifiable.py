@@ -337,6 +337,20 @@ def test_degrees_in_trigonometry_are_an_angle():
         assert not answers_match(a, b) and not answers_match(b, a), (a, b)
 
 
+def test_words_ignore_case_letters_do_not():
+    # verifiable.IGNORE_CASE = "words": Math-Verify lowercases text (and every symbol); nanoRM
+    # ignores the case of words of 2+ letters only, never inside LaTeX commands
+    same = [(r"\text{Monday}", r"\text{monday}"), (r"\text{Yes}", "yes"), ("NO", "no"),
+            (r"\text{North East}", "north east"), ("AB", "ab"), (r"\textbf{Even}", r"\text{even}"),
+            (r"x = \text{Alice}", "alice")]  # fmt: skip
+    different = [(r"\text{Monday}", r"\text{Tuesday}"), ("B", "b"), ("3R^2", "3r^2"), ("E", "e"),
+                 ("2X", "2x"), (r"\Delta", r"\delta"), (r"\text{Yes}", "no"), ("AB", "ac")]  # fmt: skip
+    for a, b in same:
+        assert answers_match(a, b) and answers_match(b, a), (a, b)
+    for a, b in different:
+        assert not answers_match(a, b) and not answers_match(b, a), (a, b)
+
+
 def test_matrix_arithmetic_is_evaluated():
     P, E = r"\begin{pmatrix}", r"\end{pmatrix}"
 
