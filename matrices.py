@@ -9,12 +9,15 @@ differences, a scalar times a matrix, products of matrices (juxtaposed, * or \\c
 transpose ^T and a small integer power: "2\\begin{pmatrix}1\\\\2\\end{pmatrix}" equals
 "\\begin{pmatrix}2\\\\4\\end{pmatrix}". Anything else (a bracketed sum times a matrix, a
 determinant, a shape mismatch) is no matrix key, and the answer goes to exact.key as a string.
+Matrices can be the items of a tuple, list or set ("(\\begin{pmatrix}..\\end{pmatrix}, 5)", a
+list of vectors): each item is read as above (Math-Verify compares such a tuple as a string).
 
     from matrices import key     # exact.key, with matrices read first
 """
 
 import re
 
+import exact
 from exact import MAX_TERMS, _frozen, _mul, _value
 from exact import key as exact_key
 
@@ -24,6 +27,7 @@ MAX_POWER = 16
 _LITERAL = re.compile(r"\\begin\{([a-zA-Z]+)\}(?:\{[lcr|]+\})?(.*?)\\end\{\1\}", re.S)
 _PLACE = 0xE000  # literal number k stands in the expression as the private-use chr(0xE000 + k)
 _FACTOR = re.compile(r"([\ue000-\ue0ff])(\^\{?(?:T|[0-9]+)\}?)?")
+_PLACED = re.compile("[\ue000-\ue0ff]")
 
 
 class _NoMatrix(Exception):
@@ -31,12 +35,46 @@ class _NoMatrix(Exception):
 
 
 def key(s):
-    """exact.key(s), except that an answer made of matrix literals is a ("matrix", ...) key."""
+    """exact.key(s), except that an answer made of matrix literals is a ("matrix", ...) key, and
+    so is each item of a tuple, list or set that is one."""
     if "\\end{" in s:
         found = _matrix_key(s)
+        if found is None:
+            found = _items_key(s)
         if found is not None:
             return found
     return exact_key(s)
+
+
+def _items_key(s):
+    """Matrices as items: "(\\begin{pmatrix}1\\\\2\\end{pmatrix}, 5)", "\\{A, B\\}", "A, B". Each
+    literal stands as one private-use character while exact.key reads the structure; an item
+    holding one is then read as a matrix expression, or else stays a string (with its text)."""
+    if _PLACED.search(s):  # the text has the stand-in characters itself
+        return None
+    literals = []
+
+    def place(m):
+        literals.append(m.group())
+        return chr(_PLACE + len(literals) - 1)
+
+    text = _LITERAL.sub(place, s)
+    if not literals or len(literals) > 0xFF or "\\end{" in text:
+        return None
+    structure = exact_key(text)
+    return _fill(structure, literals) if structure[0] in ("seq", "set", "union") else None
+
+
+def _fill(node, literals):
+    if node[0] == "str":
+        text = _PLACED.sub(lambda m: literals[ord(m.group()) - _PLACE], node[1])
+        return (_matrix_key(text) or ("str", text)) if text != node[1] else node
+    if node[0] == "set":  # sets are sorted (and without repeats) as exact._multiset has them
+        items = [_fill(x, literals) for x in node[1:]]
+        return ("set",) + tuple(sorted(items if exact.REPEATS_COUNT else set(items), key=repr))
+    if node[0] in ("seq", "union"):
+        return tuple(_fill(x, literals) if isinstance(x, tuple) else x for x in node)
+    return node
 
 
 def _matrix_key(s):

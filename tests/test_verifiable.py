@@ -377,6 +377,22 @@ def test_matrix_arithmetic_is_evaluated():
     assert V.math_reward(r"So $M = \boxed{" + a + "+" + b + "}$.", mat(r"1 & 3 \\ 4 & 4")) == 1.0
 
 
+def test_matrices_inside_tuples_lists_and_sets():
+    a, b = r"\begin{pmatrix}1\\2\end{pmatrix}", r"\begin{pmatrix}3\\4\end{pmatrix}"
+    a2, b2 = r"\begin{bmatrix}1\\2\end{bmatrix}", r"\left[\begin{array}{c}3\\4\end{array}\right]"
+    same = [(f"({a}, {b})", f"({a2}, {b2})"), (f"{a}, {b}", f"{b2}, {a2}"),
+            (rf"\{{{a}, {b}\}}", rf"\{{{b}, {a}\}}"), (f"({a}, 5)", f"({a2}, 5)"),
+            (f"(2{a}, 5)", r"(\begin{pmatrix}2\\4\end{pmatrix}, 5)"),
+            (r"(\begin{pmatrix}\frac12\\2\end{pmatrix}, x)", r"(\begin{pmatrix}0.5\\2\end{pmatrix}, x)")]  # fmt: skip
+    different = [(f"({a}, {b})", f"({b}, {a})"), (f"({a}, 5)", f"({a2}, 6)"), (f"({a}, 5)", "5"),
+                 (f"({a}, {b})", f"({a}, {a})"), (f"{a}, {a}", a), (f"({a}, 5)", f"[{a}, 5]"),
+                 (f"({a}, \ue000)", f"({a}, \ue000)".replace("1", "9"))]  # fmt: skip
+    for x, y in same:
+        assert answers_match(x, y) and answers_match(y, x), (x, y)
+    for x, y in different:
+        assert not answers_match(x, y) and not answers_match(y, x), (x, y)
+
+
 def test_lists_are_sets_and_a_set_or_a_list_answers_a_tuple():
     # policies measured on dev (bench/CORPUS.md): repeats do not count, as in Math-Verify's sets
     assert answers_match("3, 5, 7, 7", "3, 5, 7") and answers_match(
