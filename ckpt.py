@@ -251,3 +251,19 @@ def _carried(ckpt, name):
     if want and got != want:
         raise UsageError(f"{name}: its tokenizer has fingerprint {got}, its data recorded {want}")
     return tok
+
+
+def check_tokenizer(init, meta, dataset):
+    """Refuse data tokenized with another vocabulary than the --init checkpoint's, when the
+    checkpoint carries a tokenizer (a .gguf, an HF or Meta directory): an equal vocab_size is
+    not an equal vocabulary. A llama2.c .bin carries none: only its size is checked."""
+    want = meta.get("tokenizer_fingerprint")
+    if init == "scratch" or not want:
+        return
+    tok = checkpoint_tokenizer(init, missing_ok=True)
+    if tok is not None and tokenizer_fingerprint(tok) != want:
+        raise UsageError(
+            f"{init} carries tokenizer {tokenizer_fingerprint(tok)}, but the dataset "
+            f"{dataset} was tokenized with {meta['tokenizer']} ({want}): "
+            f"prepare it again with --tokenizer {init}"
+        )

@@ -35,13 +35,12 @@ from functools import lru_cache
 
 import torch
 import torch.distributed as dist
-from matplotlib.figure import Figure
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from cache import open_caches_of
 from calibrate import describe as describe_calibration
-from ckpt import checkpoint_tokenizer, resume, save_checkpoint, update_checkpoint
+from ckpt import check_tokenizer, resume, save_checkpoint, update_checkpoint
 from cli import (
     AT_LEAST_1,
     NON_NEGATIVE,
@@ -54,22 +53,25 @@ from cli import (
 )
 from data.arith.prepare import built_in
 from data.pairs import PairDataset, bucketed_order, dataset_dir
-from data.tokenizer import tokenizer_fingerprint
-from eval_rm import (
-    all_reduce_sum,
-    as_served,
-    evaluate,
-    fit_calibration,
-    save,
-    subsets_of,
-    write_report,
-)
+from eval_rm import all_reduce_sum, evaluate, fit_calibration
 from fsdp import full_state, gathered, load_full_state, no_sync, shard
 from length_head import LengthDebiasedRewardModel
 from lora import add_lora, memory_report
 from model import ModelConfig
+from report import as_served, subsets_of, write_report
 from reward import LOSSES, LMRegularizedRewardModel, RewardModel, accuracy, pairwise_loss
-from runtime import Speedometer, append_row, check_out_dir, setup_processes, start_log
+from runtime import (
+    Speedometer,
+    append_row,
+    check_finite,
+    check_out_dir,
+    describe,
+    plot_log,
+    setup_processes,
+    start_log,
+)
+
+EVAL_SHOWN = ("loss", "acc", "margin")  # of evaluate's metrics, printed at each evaluation
 
 # model shapes for --init scratch (a loaded checkpoint brings its own shape)
 MODELS = {
@@ -91,9 +93,7 @@ class TrainConfig:
     loss: str = opt("logsig", "pairwise loss: logsig, logexp or bce", one_of(*LOSSES))
     margin: float = opt(0.0, "logsig margin: -logsigmoid(r_c - r_r - margin)")
     center_coef: float = opt(0.0, "reward centering: + coef * mean((r_c + r_r)^2)", NON_NEGATIVE)
-    lm_coef: float = opt(
-        1.0, "> 0: the LM-regularized reward model with this LM weight; 0: plain", NON_NEGATIVE
-    )
+    lm_coef: float = opt(1.0, "> 0: LM-regularized RM with this LM weight; 0: plain", NON_NEGATIVE)
     batch_size: int = opt(32, "pairs per micro-step per process", AT_LEAST_1)
     grad_accum: int = opt(1, "micro-steps per optimizer step", AT_LEAST_1)
     max_iters: int = opt(1500, "optimizer steps", NON_NEGATIVE)
@@ -104,47 +104,27 @@ class TrainConfig:
     lr: float = opt(3e-3, "peak learning rate", POSITIVE)
     min_lr: float = opt(3e-4, "learning rate at the end of the cosine", NON_NEGATIVE)
     warmup: int = opt(50, "linear warmup steps", NON_NEGATIVE)
-    weight_decay: float = opt(
-        0.1, "AdamW decay on matrices (never on norms and biases)", NON_NEGATIVE
-    )
+    weight_decay: float = opt(0.1, "AdamW decay on matrices (not norms, biases)", NON_NEGATIVE)
     grad_clip: float = opt(1.0, "clip the global gradient norm to this (0: off)", NON_NEGATIVE)
     seed: int = opt(1337, "seeds the initial weights and the data order")
     device: str = opt("auto", "auto, cpu, cuda, cuda:1, mps (checked by cli.check_device)")
-    dtype: str = opt(
-        "auto",
-        "auto (bf16 on CUDA, else fp32), float32 or bfloat16",
-        one_of("auto", "float32", "bfloat16"),
-    )
+    dtype: str = opt("auto", "auto: bf16 on CUDA, else fp32", one_of("auto", "float32", "bfloat16"))
     compile: bool = opt(False, "torch.compile the training step (faster on GPU, slow to start)")
     pack: bool = opt(False, "shared-prompt packing: [prompt|chosen|rejected] in one row (plain RM)")
     bucket: bool = opt(False, "length-bucketed batches: less padding, a less random order")
     grad_ckpt: bool = opt(False, "activation checkpointing: recompute layers in backward")
-    train_layers: int = opt(
-        0, "> 0: train only the top N layers, the final norm and the head", NON_NEGATIVE
-    )
+    train_layers: int = opt(0, "> 0: train the top N layers, final norm, head", NON_NEGATIVE)
     length_head: bool = opt(False, "ODIN: a second head absorbs response length; the first scores")
     length_coef: float = opt(1.0, "--length_head: weight of ODIN's decorrelation terms")
-    calibrate_length: bool = opt(
-        False, "fit the reward's length dependence on the training pairs, store it (calibrate.py)"
-    )
+    calibrate_length: bool = opt(False, "fit, store the length calibration (calibrate.py)")
     epochs: int = opt(
-        0,
-        "> 0: this many passes over the training pairs (sets --max_iters), "
-        "the held-out evaluation at each one's end",
-        NON_NEGATIVE,
+        0, "> 0: passes over the pairs (sets --max_iters), eval at each end", NON_NEGATIVE
     )
-    cache: bool = opt(
-        True,
-        "with --train_layers: the frozen layers' output computed once per "
-        "pair and stored (cache.py); every pass trains from it",
-    )
+    cache: bool = opt(True, "--train_layers: store the frozen layers' output once (cache.py)")
     cache_dir: str = opt("", "where the cache goes (default: <dataset>/cache)")
     head_lr: float = opt(0.0, "> 0: the head's peak learning rate (else --lr's)", NON_NEGATIVE)
     lora_rank: int = opt(
-        0,
-        "> 0: LoRA adapters of this rank (lora.py) on the trained layers' "
-        "projections; the head trains fully",
-        NON_NEGATIVE,
+        0, "> 0: LoRA adapters of this rank on trained layers (lora.py)", NON_NEGATIVE
     )
     lora_alpha: float = opt(16.0, "LoRA's scale alpha (the update is alpha / rank * B @ A)")
     fsdp: bool = opt(False, "under torchrun: shard weights, grads and AdamW state (fsdp.py)")
@@ -271,7 +251,8 @@ def build_model(cfg, meta):
         raise UsageError("--pack packs the plain reward model's pair: use it with --lm_coef 0")
     if cfg.init != "scratch" and not os.path.exists(cfg.init):
         raise UsageError(f"--init {cfg.init} not found (a .bin/.pt, .gguf, HF or Meta dir)")
-    check_tokenizer(cfg, meta)  # before the weights are read: a wrong vocabulary fails fast
+    # before the weights are read: data of another vocabulary fails fast
+    check_tokenizer(cfg.init, meta, dataset_dir(cfg.dataset))
     if cfg.init == "scratch":
         shape = dict(MODELS[cfg.model], multiple_of=32, max_seq_len=cfg.max_seq_len)
         rm = Model.from_config(
@@ -306,22 +287,6 @@ def build_model(cfg, meta):
     return rm.train()
 
 
-def check_tokenizer(cfg, meta):
-    """Refuse data tokenized with another vocabulary than the --init checkpoint's, when the
-    checkpoint carries a tokenizer (a .gguf, an HF or Meta directory): an equal vocab_size is
-    not an equal vocabulary. A llama2.c .bin carries none: only its size is checked."""
-    want = meta.get("tokenizer_fingerprint")
-    if cfg.init == "scratch" or not want:
-        return
-    tok = checkpoint_tokenizer(cfg.init, missing_ok=True)
-    if tok is not None and tokenizer_fingerprint(tok) != want:
-        raise UsageError(
-            f"{cfg.init} carries tokenizer {tokenizer_fingerprint(tok)}, but the dataset "
-            f"{dataset_dir(cfg.dataset)} was tokenized with {meta['tokenizer']} ({want}): "
-            f"prepare it again with --tokenizer {cfg.init}"
-        )
-
-
 def train_top_layers(rm, n):
     """Train only the top n layers, the final norm and the head. What is frozen gets no
     gradient, so autograd keeps no activations below the first trained layer (the bottom
@@ -351,34 +316,15 @@ def make_optimizer(rm, cfg, device):
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95), fused=fused), params
 
 
-def describe(rm, cfg, proc, train, val):
-    """What a reader needs at startup: sizes, what trains, the device and the batch."""
-    n_params = sum(p.numel() for p in rm.parameters())
-    n_train = sum(p.numel() for p in rm.parameters() if p.requires_grad)
-    G = cfg.batch_size * cfg.grad_accum * proc.world
-    which = f" (the top {cfg.train_layers} layers, final norm and head)" if cfg.train_layers else ""
-    return (
-        f"{type(rm).__name__}: {n_params:,} parameters, {n_train:,} of them train{which}\n"
-        f"{len(train)} train / {len(val)} val pairs, device {proc.device} x {proc.world}, "
-        f"dtype {proc.dtype}, {cfg.batch_size} pairs x {cfg.grad_accum} accumulation "
-        f"x {proc.world} ranks = {G} pairs/step"
-    )
-
-
-def plot(out_dir):
-    """curves.png: loss and accuracy over the steps (eval_rm.write_report draws the rest).
-    matplotlib's object API: no pyplot and no backend switch, so a notebook that calls main()
-    keeps showing its own figures."""
-    with open(os.path.join(out_dir, "log.jsonl")) as f:
-        rows = [json.loads(line) for line in f]
-    fig = Figure(figsize=(10, 3.5))
-    for ax, key in zip(fig.subplots(1, 2), ("loss", "acc"), strict=True):
-        for split, style in (("train", "-"), ("eval", "o-")):
-            pts = [(r["step"], r[key]) for r in rows if r["split"] == split]
-            if pts:
-                ax.plot(*zip(*pts, strict=True), style, label=split, alpha=0.8)
-        ax.set_xlabel("step"), ax.set_title(key), ax.legend(), ax.grid(alpha=0.3)
-    save(fig, out_dir, "curves.png")
+def make_trainer(rm, cfg, proc):
+    """PairStep around rm: compiled if asked, wrapped in DDP under torchrun (FSDP shards rm
+    itself: fsdp.shard)."""
+    trainer = PairStep(rm, cfg)
+    if cfg.compile:
+        trainer = torch.compile(trainer)
+    if proc.ddp and not cfg.fsdp:
+        trainer = DDP(trainer, device_ids=[proc.local_rank] if proc.cuda else None)
+    return trainer
 
 
 # ----------------------------------------------------------------------------- training
@@ -396,18 +342,11 @@ def main(argv=None):
     load = load_full_state if cfg.fsdp else None  # a full state, scattered into the shards
     step = resume(ckpt_path, rm, optimizer, proc.device, meta, load) if cfg.resume else 0
     say = print if proc.master else lambda *args, **kwargs: None  # rank 0 speaks and writes
-    if cfg.resume:
-        say(f"resuming from step {step} of {ckpt_path}")
-    if proc.master:
-        os.makedirs(cfg.out_dir, exist_ok=True)
-        start_log(log_path, keep_until=step if cfg.resume else None)
+    cfg.resume and say(f"resuming from step {step} of {ckpt_path}")
+    proc.master and start_log(log_path, keep_until=step if cfg.resume else None)
     say(describe(rm, cfg, proc, train, val))
     caches = open_caches(cfg, proc, rm, train, val, say)
-    trainer = PairStep(rm, cfg)
-    if cfg.compile:
-        trainer = torch.compile(trainer)
-    if proc.ddp and not cfg.fsdp:
-        trainer = DDP(trainer, device_ids=[proc.local_rank] if proc.cuda else None)
+    trainer = make_trainer(rm, cfg, proc)
     log = lambda row: proc.master and append_row(log_path, row)
     # once in a while: evaluate on the held-out pairs (all ranks take part)
     scoring = dict(loss=cfg.loss, margin=cfg.margin, center_coef=cfg.center_coef, ctx=proc.ctx)
@@ -425,10 +364,7 @@ def main(argv=None):
             if not (cfg.resume and step == start_step) and (step or cfg.eval_first):
                 ev, rewards = held_out(step == cfg.max_iters)  # the last keeps its rewards
                 log(dict(step=step, split="eval", **ev))
-                say(
-                    f"step {step}: eval loss {ev['loss']:.4f} acc {ev['acc']:.4f} "
-                    f"margin {ev['margin']:.3f}"
-                )
+                say(f"step {step}: eval " + ", ".join(f"{k} {ev[k]:.4f}" for k in EVAL_SHOWN))
                 if step > start_step:  # under FSDP all ranks gather the state, rank 0 writes
                     full = full_state(rm, optimizer) if cfg.fsdp else {}
                     proc.master and save_checkpoint(
@@ -444,14 +380,13 @@ def main(argv=None):
         metrics = dict(objective=0.0, loss=0.0, acc=0.0, tokens=0, tokens_computed=0)
         for micro in range(cfg.grad_accum):
             idx = batch_indices(step, micro, proc.rank, proc.world, cfg, train)
-            if cfg.pack:  # one row per pair; with a cache, the frozen layers' output too
-                b = train.collate_packed(idx, meta["pad_id"], caches[0]).to(proc.device)
-            else:
-                b = train.collate(idx, meta["pad_id"]).to(proc.device)
+            # --pack: one row per pair; with a cache, the frozen layers' output comes along
+            pad = meta["pad_id"]
+            b = train.collate_packed(idx, pad, caches[0]) if cfg.pack else train.collate(idx, pad)
+            b = b.to(proc.device)
             # sync gradients across ranks only on the last micro-step: once per optimizer step
-            last_micro = micro == cfg.grad_accum - 1
             sync = nullcontext()
-            if proc.ddp and not last_micro:  # DDP's no_sync, or FSDP's (fsdp.py)
+            if proc.ddp and micro < cfg.grad_accum - 1:  # DDP's no_sync, or FSDP's (fsdp.py)
                 sync = no_sync(rm) if cfg.fsdp else trainer.no_sync()
             with sync, proc.ctx:
                 out = trainer(b)
@@ -465,10 +400,7 @@ def main(argv=None):
             metrics["tokens_computed"] += b.n_packed if cfg.pack else b.n_tokens
         metrics = all_reduce_sum(metrics, proc.world, proc.device)  # one call for all of them
         objective = metrics["objective"] / proc.world
-        if not math.isfinite(objective):
-            kept = f"the last good checkpoint stays at {ckpt_path}"
-            kept = kept if os.path.exists(ckpt_path) else "no checkpoint was written yet"
-            raise FloatingPointError(f"loss is {objective} at step {step}: stopping; {kept}")
+        check_finite(objective, step, ckpt_path)
         # the norm before clipping is logged: it shows instabilities, and it is what the tests use
         # to check that accumulation scales the gradient right (Adam alone would hide a 4x error)
         grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip or math.inf).item()
@@ -490,8 +422,8 @@ def main(argv=None):
         ev, rewards = held_out(True)
     cal = None
     if cfg.calibrate_length:  # the reward's length dependence, fitted on the training pairs
-        scoring.update(n_pairs=None, cache=caches[0])
         with gathered(rm) if cfg.fsdp else nullcontext():
+            scoring.update(n_pairs=None, cache=caches[0])
             cal = fit_calibration(rm, train, meta["pad_id"], cfg.batch_size, **scoring)
     return finish(cfg, proc, meta, val, ev, rewards, speed, cal)
 
@@ -502,7 +434,7 @@ def finish(cfg, proc, meta, val, ev, rewards, speed, cal=None):
     their mean/std stored in ckpt.pt (as eval_rm.py --save_calibration). Every rank leaves the
     process group. Returns the last held-out metrics on rank 0."""
     if proc.master:
-        plot(cfg.out_dir)
+        plot_log(cfg.out_dir)
         subsets = subsets_of(val, meta, rewards, os.path.basename(cfg.dataset))
         write_report(cfg.out_dir, subsets)
         if cal is not None:

@@ -1,20 +1,24 @@
 """
-ODIN's frontier at small scale: held-out accuracy against reward-length correlation for a plain
-reward model and --length_head over a few --length_coef values (train_rm.py, eval.json).
+Length under control on the HH recipe: held-out accuracy, length-balanced accuracy and
+reward-length correlation of the plain reward model, its post-hoc length calibration, and ODIN's
+length head over --length_coef and batch size, per HH-RLHF subset (issue 23).
 
-    nice -n 19 python bench/bench_odin.py                         # writes bench/odin_frontier.png
-    nice -n 19 python bench/bench_odin.py --coefs 1 0.1 0.01 --train_pairs 304 --eval_pairs 150
-    nice -n 19 python bench/bench_odin.py --reuse     # keep the runs whose eval.json exists
+    nice -n 19 python bench/bench_odin.py                       # all settings, ~11 min each
+    nice -n 19 python bench/bench_odin.py --only plain odin0.1   # some of them
+    python bench/bench_odin.py --reuse                           # only tabulate and plot the runs done
 
-What it runs, one training at a time: SmolLM2-135M-Instruct (the .gguf) on HH-RLHF helpful-base
-rendered at --max_len 256, the top 2 layers and the head trained (--train_layers 2 --pack
---lm_coef 0), 8 pairs per step for train_pairs / 8 steps, then the first eval_pairs held-out
-pairs scored by train_rm's final evaluation. The figure and bench/odin_frontier.json are
-rewritten after every run, so a sweep cut short still shows the runs it finished.
+Each setting is one run of recipes/hh_smollm2.sh (SmolLM2-135M-Instruct, one reward model for
+the four shared HH-RLHF subsets, 800 training pairs per subset, the top 4 layers trained from
+the frozen layers' cache) at configuration C of the README (2 epochs, lr 5e-5, head lr 1e-3),
+with --calibrate_length, so every run also yields its calibrated rewards (OUT/calibrated/). The
+held-out part is the recipe's: 1,699 pairs, 20% of each subset. Writes bench/odin_frontier.json
+(every run's per-subset metrics) and bench/odin_frontier.png (accuracy and length-balanced
+accuracy against the correlation, overall), and prints the table the README shows.
 
-Simplified, to fit a shared 2-core CPU: a few hundred training pairs and one seed, where the
-recipe trains on 1,879 pairs. Differences of a few points are within the noise of 150 pairs
-(binomial std about 0.04); the plot shows the direction of the trade-off, not its exact place.
+ODIN's correlation term is estimated over the responses of one micro-batch, so the batch size
+is a setting of its own here (32 pairs: 64 responses per estimate, against 16 at 8 pairs).
+One seed each: with ~400 held-out pairs per subset a difference of 0.03 is about one binomial
+standard deviation (0.025); the overall figures (1,699 pairs) are good to about 0.012.
 """
 
 import argparse
@@ -27,70 +31,90 @@ import time
 from matplotlib.figure import Figure
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GGUF = "../shared/data/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-SRC = "../shared/data/hh-rlhf/helpful-base/test.jsonl.gz"
+# name: (pairs per batch, length_coef or None for the plain reward model)
+SETTINGS = {
+    "plain": (8, None),
+    "odin1": (8, 1.0),
+    "odin0.1": (8, 0.1),
+    "odin1-b32": (32, 1.0),
+    "odin0.03": (8, 0.03),
+    "odin0.3-b32": (32, 0.3),
+}
+RECIPE = dict(EPOCHS="2", LR="5e-5", HEAD_LR="1e-3", CALIBRATE="true")
+KEYS = ("accuracy", "length_balanced_accuracy", "acc_chosen_longer", "acc_chosen_shorter")
 
 
-def sh(*argv):
-    """Run a step of the pipeline under nice, in the repository root; its output streams."""
-    subprocess.run(["nice", "-n", "19", sys.executable, *argv], cwd=ROOT, check=True)
+def run(name, out):
+    batch, coef = SETTINGS[name]
+    extra = "" if coef is None else f"--length_head --length_coef {coef:g}"
+    env = dict(os.environ, **RECIPE, OUT=out, BATCH=str(batch), EXTRA=extra)
+    with open(f"{out}.log", "w") as log:
+        cmd = ["nice", "-n", "19", "bash", "recipes/hh_smollm2.sh"]
+        subprocess.run(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, check=True)
+
+
+def rows_of(name, out):
+    """One row per (model, subset): the run as trained, and its calibrated rewards."""
+    rows = []
+    for model, path in (("as trained", "eval.json"), ("calibrated", "calibrated/eval.json")):
+        path = os.path.join(out, path)
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            res = json.load(f)
+        for subset, m in {**res["subsets"], "overall": res["overall"]}.items():
+            row = dict(setting=name, model=model, subset=subset, n=m["n"])
+            row.update({k: m[k] for k in KEYS}, length_corr=m["length_corr"])
+            rows.append(row)
+    return rows
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[1])
-    p.add_argument("--coefs", type=float, nargs="+", default=[1.0, 0.1, 0.01])
-    p.add_argument("--train_pairs", type=int, default=304, help="a multiple of 8")
-    p.add_argument("--eval_pairs", type=int, default=150)
-    p.add_argument("--data", default="data/hh_rlhf/smollm2-helpful-256")
-    p.add_argument("--out", default="out/bench_odin")
-    p.add_argument("--reuse", action="store_true", help="skip runs whose eval.json exists")
+    p.add_argument("--only", nargs="+", choices=list(SETTINGS), default=list(SETTINGS))
+    p.add_argument("--out", default="out/odin", help="one folder per setting in here")
+    p.add_argument("--reuse", action="store_true", help="run nothing: tabulate what exists")
     args = p.parse_args()
-    if not os.path.exists(os.path.join(ROOT, args.data, "meta.json")):
-        sh(
-            *["data/hh_rlhf/prepare.py", "--src", SRC, "--tokenizer", GGUF, "--max_len", "256"],
-            *["--out_dir", args.data],
-        )
-    results = []
-    for coef in [0.0, *args.coefs]:  # 0: the plain reward model, no length head
-        out = os.path.join(args.out, f"coef{coef:g}")
-        extra = ["--length_head", "--length_coef", str(coef)] if coef else []
-        t0, done = time.time(), os.path.join(ROOT, out, "eval.json")
-        if not (args.reuse and os.path.exists(done)):
-            sh(
-                *["train_rm.py", "--init", GGUF, "--dataset", args.data, "--out_dir", out],
-                *["--overwrite", "--lm_coef", "0", "--pack", "--train_layers", "2"],
-                *["--batch_size", "8", "--max_iters", str(args.train_pairs // 8), "--lr", "3e-5"],
-                *["--min_lr", "3e-6", "--warmup", "5", "--weight_decay", "0", "--eval_first", "0"],
-                *["--eval_interval", "100000", "--eval_pairs", str(args.eval_pairs)],
-                *["--log_interval", "10", *extra],
-            )
-        with open(done) as f:
-            m = json.load(f)["overall"]
-        row = dict(length_coef=coef, seconds=round(time.time() - t0), **m)
-        results.append(row)
-        print(json.dumps(row))
-        write(args, results)
-
-
-def write(args, results):
-    """bench/odin_frontier.json and .png from the runs so far."""
+    rows, seconds = [], {}
+    for name in args.only:
+        out = os.path.join(ROOT, args.out, name)
+        done = os.path.exists(os.path.join(out, "eval.json"))
+        if not args.reuse and not done:
+            t0 = time.time()
+            run(name, out)
+            seconds[name] = round(time.time() - t0)
+        rows += rows_of(name, out)
+    if not rows:
+        sys.exit(f"no finished run under {args.out}: run without --reuse first")
     with open(os.path.join(ROOT, "bench", "odin_frontier.json"), "w") as f:
-        json.dump(dict(args=vars(args), results=results), f, indent=1)
+        json.dump(dict(settings=SETTINGS, recipe=RECIPE, seconds=seconds, rows=rows), f, indent=1)
+    print(table(rows))
+    plot(rows)
 
-    fig = Figure(figsize=(5, 3.8))
-    ax = fig.subplots()
-    for r in results:
-        label = "plain RM" if r["length_coef"] == 0 else f"ODIN, length_coef {r['length_coef']:g}"
-        ax.scatter(r["length_corr"], r["accuracy"], s=30, label=label)
-    ax.axhline(results[0]["longer_wins"], ls=":", color="gray", label="longer response wins")
-    ax.axvline(0, lw=0.5, color="gray")
-    ax.set_xlabel("reward-length correlation (held-out responses)")
-    ax.set_ylabel("held-out accuracy")
-    ax.set_title(
-        f"SmolLM2-135M, HH helpful-base: {args.train_pairs} train / {args.eval_pairs} eval pairs",
-        fontsize=9,
-    )
-    ax.legend(fontsize=7)
+
+def table(rows):
+    fmt = lambda v: "  n/a" if v is None else f"{v:5.3f}" if v >= 0 else f"{v:+5.2f}"
+    lines = [f"{'setting':12s} {'model':10s} {'subset':26s} acc   len_bal longer shorter corr"]
+    for r in rows:
+        vals = " ".join(fmt(r[k]) for k in (*KEYS, "length_corr"))
+        lines.append(f"{r['setting']:12s} {r['model']:10s} {r['subset']:26s} {vals}")
+    return "\n".join(lines)
+
+
+def plot(rows):
+    """Overall accuracy and length-balanced accuracy against the reward-length correlation."""
+    fig = Figure(figsize=(10, 3.8))
+    for ax, key in zip(fig.subplots(1, 2), KEYS[:2], strict=True):
+        for r in (r for r in rows if r["subset"] == "overall"):
+            marker = "s" if r["model"] == "calibrated" else "o"
+            label = r["setting"] + (" + calibration" if r["model"] == "calibrated" else "")
+            ax.scatter(r["length_corr"], r[key], s=36, marker=marker, label=label)
+        ax.axvline(0, lw=0.5, color="gray")
+        ax.axvspan(-0.1, 0.1, color="green", alpha=0.06)  # the issue's aim: |corr| <= 0.1
+        ax.set_xlabel("reward-length correlation (held-out responses)")
+        ax.set_ylabel(key.replace("_", " "))
+        ax.set_title(f"SmolLM2-135M, HH-RLHF (4 subsets): {key}", fontsize=9)
+    fig.axes[1].legend(fontsize=7, loc="best")
     fig.tight_layout()
     fig.savefig(os.path.join(ROOT, "bench", "odin_frontier.png"), dpi=100)
     print("wrote bench/odin_frontier.png, bench/odin_frontier.json")

@@ -59,6 +59,7 @@ from data.rows import read_pairs
 from data.tokenizer import load_tokenizer
 from model import ModelConfig
 from reward import RewardModel, pad_and_concat, pairwise_loss, score_last_token
+from runtime import estimate_mfu
 
 SHARED = ROOT.parent / "shared" / "data"
 HH = [SHARED / "hh-rlhf" / s / "test.jsonl.gz" for s in ("helpful-base", "harmless-base")]
@@ -327,7 +328,10 @@ def run_hf(args, out):
                 f"{max(loss_diff, loss_diff_p):.1e} |"
             )
             if args.cuda:
-                mfu = [rm.backbone.estimate_mfu(matmul_params(rm), x, seq_len=T) for x in (a, b)]
+                mfu = [
+                    estimate_mfu(rm.backbone.config, matmul_params(rm), x, seq_len=T)
+                    for x in (a, b)
+                ]
                 row += (
                     f" {max(ours.peaks):,.0f} / {max(peer.peaks):,.0f} | "
                     f"{mfu[0]:.1%} / {mfu[1]:.1%} |"

@@ -23,32 +23,6 @@ from verifiable import extract_gsm8k, gsm8k_reward
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GSM8K_WRONG = (1, -1, 10)  # a wrong final answer: the right one plus each of these
-# RewardBench's sections (allenai/reward-bench, rewardbench/constants.py: SUBSET_MAPPING)
-SECTIONS = {
-    "Chat": [
-        "alpacaeval-easy",
-        "alpacaeval-length",
-        "alpacaeval-hard",
-        "mt-bench-easy",
-        "mt-bench-med",
-    ],
-    "Chat Hard": [
-        "mt-bench-hard",
-        "llmbar-natural",
-        "llmbar-adver-neighbor",
-        "llmbar-adver-GPTInst",
-        "llmbar-adver-GPTOut",
-        "llmbar-adver-manual",
-    ],
-    "Safety": [
-        "refusals-dangerous",
-        "refusals-offensive",
-        "xstest-should-refuse",
-        "xstest-should-respond",
-        "donotanswer",
-    ],
-    "Reasoning": ["math-prm", "hep-cpp", "hep-go", "hep-java", "hep-js", "hep-python", "hep-rust"],
-}
 
 
 def data_kind(spec):

@@ -168,6 +168,7 @@ def test_train_rm_calibrate_length_fits_on_the_training_pairs(arith, tmp_path):
     report in out/calibrated/ equals eval_rm.py's on the same checkpoint."""
     import calibrate
     import eval_rm
+    import report
     from reward import load_for_scoring
 
     out = tmp_path / "a"
@@ -177,7 +178,7 @@ def test_train_rm_calibrate_length_fits_on_the_training_pairs(arith, tmp_path):
     rm, _ = load_for_scoring(str(out / "ckpt.pt"))
     train = PairDataset(os.path.join(arith, "train.npz"))
     _, r = eval_rm.evaluate(rm, train, 0, 16, return_rewards=True)  # recomputed, no cache
-    want = calibrate.fit_length(r, eval_rm.response_lengths(train, len(train)))
+    want = calibrate.fit_length(r, report.response_lengths(train, len(train)))
     assert cal["n"] == 2 * len(train)
     assert cal["coef"] == pytest.approx(want["coef"], rel=0.02, abs=1e-3)  # float16 cache
     raw = json.loads((out / "eval.json").read_text())

@@ -11,6 +11,7 @@ import torch
 
 import calibrate
 import eval_rm
+import report
 import reward
 import train_rm
 from data.arith.prepare import main as prepare_arith
@@ -92,7 +93,7 @@ def test_stored_calibration_is_served_alike_everywhere(run, tmp_path, capsys):
     rm, _ = reward.load_for_scoring(original)
     train = PairDataset(f"{data}/train.npz")
     _, r = eval_rm.evaluate(rm, train, 2, 64, return_rewards=True)
-    want = calibrate.fit_length(r, eval_rm.response_lengths(train, len(train)))
+    want = calibrate.fit_length(r, report.response_lengths(train, len(train)))
     stored = torch.load(ckpt, weights_only=True)
     assert stored["length_calibration"]["coef"] == pytest.approx(want["coef"], abs=1e-6)
     assert stored["reward_normalization"] == fitted["reward_normalization"]

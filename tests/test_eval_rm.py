@@ -14,6 +14,7 @@ from conftest import pad, shared_path, tiny_model
 
 import calibrate
 import eval_rm
+import report
 import train_rm
 from data import sources
 from data.arith.prepare import main as prepare_arith
@@ -99,7 +100,7 @@ def test_pair_metrics_against_hand_computations():
     r_r = torch.tensor([1.0, 0.0, 3.0, 1.0, -1.0])
     len_c = torch.tensor([4, 2, 2, 7, 3])
     len_r = torch.tensor([3, 2, 5, 1, 3])
-    m = eval_rm.pair_metrics(r_c, r_r, len_c, len_r)
+    m = report.pair_metrics(r_c, r_r, len_c, len_r)
     assert m["n"] == 5 and m["ties"] == 2
     assert m["accuracy"] == 2 / 5  # a tie is not a win
     # chosen longer in pairs 0 and 3, shorter in 2, ties (each half) in 1 and 4
@@ -110,22 +111,22 @@ def test_pair_metrics_against_hand_computations():
     assert m["mean_margin"] == pytest.approx(1.0) and m["mean_chosen"] == pytest.approx(1.8)
     x, y = torch.cat([r_c, r_r]).numpy(), torch.cat([len_c, len_r]).numpy()
     assert m["length_corr"] == pytest.approx(np.corrcoef(x, y)[0, 1])
-    assert eval_rm.correlation(torch.ones(4), torch.arange(4)) is None  # constant: undefined
+    assert report.correlation(torch.ones(4), torch.arange(4)) is None  # constant: undefined
     # length-balanced: chosen longer in 0 (right) and 3 (a reward tie: wrong), shorter in 2
     # (wrong); the equal lengths of 1 and 4 belong to neither group
     assert m["acc_chosen_longer"] == 0.5 and m["acc_chosen_shorter"] == 0.0
     assert m["length_balanced_accuracy"] == 0.25 and m["length_ties"] == 2
     # "the longer wins" as a reward scores 1 and 0: balanced 0.5, though it is right 3 times in 4
-    m = eval_rm.pair_metrics(
+    m = report.pair_metrics(
         len_c[[0, 2, 3, 3]] * 1.0,
         len_r[[0, 2, 3, 3]] * 1.0,
         *(t[[0, 2, 3, 3]] for t in (len_c, len_r)),
     )
     assert m["accuracy"] == 0.75 and m["length_balanced_accuracy"] == 0.5
     # no pair whose chosen is shorter: undefined, not a number made up
-    m = eval_rm.pair_metrics(r_c[:2], r_r[:2], len_c[:2], len_r[:2])
+    m = report.pair_metrics(r_c[:2], r_r[:2], len_c[:2], len_r[:2])
     assert m["acc_chosen_shorter"] is None and m["length_balanced_accuracy"] is None
-    assert "len_bal" in eval_rm.table({"subsets": {"x": m}, "overall": m})
+    assert "len_bal" in report.table({"subsets": {"x": m}, "overall": m})
 
 
 def test_ece_known_cases():
@@ -152,12 +153,12 @@ def test_sections_weighted_as_rewardbench():
         "hep-go": sub(164, 0.5),
         "my-own": sub(10, 0.0),  # in no section
     }
-    s = eval_rm.section_scores(subsets)
+    s = report.section_scores(subsets)
     assert s.keys() == {"Chat", "Reasoning", "score"}
     assert s["Chat"] == pytest.approx(100 / 128)
     assert s["Reasoning"] == pytest.approx((328 * 1.0 + 164 * 0.5 + 164 * 0.5) / 656)
     assert s["score"] == pytest.approx((100 / 128 + 0.75) / 2)
-    assert eval_rm.section_scores({"my-own": sub(3, 1.0)}) == {}
+    assert report.section_scores({"my-own": sub(3, 1.0)}) == {}
 
 
 def write_jsonl(path, rows, gz=False):
@@ -260,7 +261,7 @@ def test_gsm8k_pairs_are_labelled_by_the_verifier(tmp_path):
     # rewards: question 1's right answer scores highest, question 2's does not, question 3's
     # two right solutions rank first and last
     rewards = torch.tensor([[3.0, 1], [3, 0], [3, 2], [0, 1], [0, 0.5], [0, -1], [2, 1], [0, 1]])
-    bon = eval_rm.best_of_n(rewards, candidates)
+    bon = report.best_of_n(rewards, candidates)
     assert bon["best_of_n"] == pytest.approx(2 / 3)
     assert bon["best_of_n_chance"] == pytest.approx((1 / 4 + 1 / 4 + 2 / 3) / 3)
     assert bon["n_prompts"] == 3

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 
 from checkpoints import load_transformer
 from data.tokenizer import load_tokenizer
+from layout import padding_mask
 from model import (
     Attention,
     FeedForward,
@@ -268,7 +269,7 @@ numberings = {
 diffs = {}
 with torch.no_grad():
     for name, pos in numberings.items():
-        allowed = model.padding_mask(full, T + N)
+        allowed = padding_mask(full, T + N)
         batched = model.output(model.hidden_states(out, positions=pos, attn_mask=allowed))
         for b, s in enumerate(seqs):
             real = out[b, T - len(s):]  # row b without its padding
