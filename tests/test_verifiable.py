@@ -16,9 +16,13 @@ from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+import brackets
+import decimals
 import exact
 import extract
 import matrices
+import trig
+import values
 import verifiable as V
 from verifiable import answers_match, extract_answer, extract_boxed, extract_gsm8k
 
@@ -664,24 +668,51 @@ def test_hard_answers_return_quickly(text):
     assert not answers_match("(" * 999, "(" * 998)
 
 
-def test_every_regex_is_fast_on_adversarial_text():
-    patterns = [
-        v
-        for m in (V, extract, exact, matrices)
-        for v in vars(m).values()
-        if isinstance(v, re.Pattern)
-    ]
-    patterns += [p for _, p, _ in V._BRACE_ARGS]
-    assert len(patterns) >= 8
-    nasty = ["\\" * 100_000, "1" * 100_000 + "x", "a" * 100_000 + "1", " " * 100_000 + "x",
-             "\\frac" + " " * 100_000, "\\text" + " " * 100_000, "1," * 50_000 + "x",
-             "^" * 100_000, "\\frac{" + "1" * 100_000, "1." * 50_000]  # fmt: skip
-    for pattern in patterns:
-        for text in nasty:
-            start = time.perf_counter()
+def regex_growth(pattern, prefix, unit, suffix, repeats, runs=3):
+    """How a regex's work grows with the text: CPU seconds of findall + fullmatch on
+    prefix + unit * 8k + suffix over those on prefix + unit * k + suffix, each the least of
+    `runs` runs. Near 8 for linear work, 64 for quadratic (more for worse); CPU time of this
+    thread, so a loaded machine changes little. A ratio, not a time limit."""
+
+    def cpu(text):
+        best = float("inf")
+        for _ in range(runs):
+            start = time.thread_time()
             pattern.findall(text)
             pattern.fullmatch(text)
-            assert time.perf_counter() - start < 0.1, pattern.pattern
+            best = min(best, time.thread_time() - start)
+        return best
+
+    small = cpu(prefix + unit * repeats + suffix)
+    large = cpu(prefix + unit * (8 * repeats) + suffix)
+    return large / max(small, 1e-5)  # below 10 us the clock's grain is too coarse to divide by
+
+
+LINEAR = 20  # well below quadratic's 64
+
+
+def test_regex_growth_flags_a_quadratic_pattern():
+    # the helper must catch what it is for: "a*b" rescans the a's from every start
+    assert regex_growth(re.compile(r"a*b"), "", "a", "", 1000) > LINEAR
+    assert regex_growth(re.compile(r"(a+)+$"), "", "a", "b", 2) > LINEAR  # exponential: 2^16
+    assert regex_growth(re.compile(r"a+b"), "", "ab", "", 2000) < LINEAR  # linear
+
+
+NASTY = [("", "\\", ""), ("", "1", "x"), ("", "a", "1"), ("", " ", "x"), ("\\frac", " ", ""),
+         ("\\text", " ", ""), ("", "1,", "x"), ("", "^", ""), ("\\frac{", "1", ""), ("", "1.", ""),
+         ("\\sin", " ", "x"), ("\\begin{pmatrix}", "1&", "")]  # fmt: skip
+
+
+def test_every_regex_is_linear_on_adversarial_text():
+    modules = (V, extract, exact, matrices, trig, values, brackets, decimals)
+    patterns = [v for m in modules for v in vars(m).values() if isinstance(v, re.Pattern)]
+    patterns += [p for _, p, _ in V._BRACE_ARGS] + list(V._FOLD.values())
+    assert len(patterns) >= 8
+    for pattern in patterns:
+        for prefix, unit, suffix in NASTY:
+            repeats = 100_000 // 8 // len(unit)  # 100,000 characters at 8k
+            growth = regex_growth(pattern, prefix, unit, suffix, repeats)
+            assert growth < LINEAR, (pattern.pattern, prefix, unit, suffix, growth)
 
 
 LATEX_BITS = ["\\frac", "\\dfrac", "\\boxed{", "\\fbox{", "{", "}", "\\sqrt", "^", "_", "12",
