@@ -8,11 +8,13 @@ value):
 - nanoRM's own: a number of 2+ places in a is b's value rounded or cut to its places, when that
   value has no exact decimal that long (0.33 for 1/3, 0.0833 for 1/12). 0.8 for 3/4 stays
   wrong: 3/4 is exactly 0.75.
-- Math-Verify's (its default float_rounding=6), the switch SIX_PLACES: both rounded to 6 places
-  agree, when b is a constant that is not an integer: a rational, radicals, pi (0.3333333 and
-  0.666667 for 2/3, 3.141593 for pi, 1.414214 for sqrt 2, 2.5000001 for 5/2). An integer is
-  compared exactly (2.0000001 is not 2, 0.0000001 is not 0), as Math-Verify's comparison of a
-  float with an integer turns out. Measured on dev (bench/CORPUS.md): no false positive added.
+- Math-Verify's (its default float_rounding=6), the switch SIX_PLACES: a number of 6+ places in
+  a and b rounded to 6 places agree, b a constant with no exact decimal as long as a's:
+  radicals, pi, a rational such as 2/3 (0.6666667 and 0.666667 for 2/3, 3.141593 for pi,
+  1.414214 for sqrt 2). A b that is such a decimal, or an integer, is compared exactly:
+  Math-Verify equates 2.5000001 with 2.5 and the MATH answer 0.0000672 with 0.0000673 (both
+  0.000067), nanoRM does not; 0.0000001 is not 0 in either.
+  Measured on dev (bench/CORPUS.md): no false positive added.
 """
 
 import math
@@ -54,10 +56,13 @@ def _rounds(d, x):
 
 
 def _six_places(d, frozen):
-    """d and the constant b agree to PLACES places; b an integer (or no constant): False."""
+    """d (6+ places) and the constant b agree to PLACES places, b no decimal as long as d."""
+    places = next((k for k in range(40) if (d * 10**k).denominator == 1), 0)
+    if places < PLACES:  # 2.5 does not stand for 2.5000001
+        return False
     x = _rational(frozen)
-    if x is not None:
-        return x.denominator != 1 and _round(d) == _round(x)
+    if x is not None:  # and, as above, only a value with no exact decimal as long as d's
+        return (x * 10**places).denominator != 1 and _round(d) == _round(x)
     total = 0.0
     for (radicand, symbols), coef in frozen:  # coef * sqrt(radicand) * pi^k
         if any(name != "\\pi" for name, _ in symbols) or not -40 < sum(p for _, p in symbols) < 40:

@@ -25,8 +25,8 @@ compare by cell; equations up to a factor. Policies (tests cover both sides of e
   a decimal comma against a number; units after a number go ("2,500.75€", "45km"), "5m"
   stays algebra; "50%" == "50" != "0.5". "4210_5" == "4210" (a base on one side only).
 - Rounding (decimals.py): a number written with 2+ decimals is a value with no exact decimal
-  that long, rounded or cut (0.33 for 1/3); 0.8 is not 3/4. Or both agree to 6 places, b not
-  an integer (Math-Verify's rule: 3.141593 is pi). "x = 1/3 \\approx 0.33" is 1/3.
+  that long, rounded or cut (0.33 for 1/3); 0.8 is not 3/4. Or, written to 6+ places, both
+  agree to 6 (Math-Verify's rule: 3.141593 is pi). "x = 1/3 \\approx 0.33" is 1/3.
 - A list never equals one of its elements; "{1,3}" is the set \\{1,3\\}. Repeats in a list do
   not count ("(1,2),(1,2)" lists one solution); a set or a bare list answers a tuple of its
   items in the order written ("{1,3}" == "1, 3" == "(1,3)" != "(3,1)"). Measured on dev as
