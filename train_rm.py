@@ -142,69 +142,6 @@ def parse_args(argv=None) -> TrainConfig:
     return cfg
 
 
-def get_lr(step, cfg):
-    """Linear warmup to cfg.lr, then cosine decay to cfg.min_lr at cfg.max_iters."""
-    if step < cfg.warmup:
-        return cfg.lr * (step + 1) / cfg.warmup
-    progress = min(1.0, (step - cfg.warmup) / max(1, cfg.max_iters - cfg.warmup))
-    return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (cfg.lr - cfg.min_lr)
-
-
-@lru_cache(maxsize=2)
-def epoch_order(data, seed, G, bucket, packed):
-    if bucket:  # each run of G pairs (one global batch) has similar lengths
-        return bucketed_order(data.lengths(packed), G, seed)
-    return torch.randperm(len(data), generator=torch.Generator().manual_seed(seed))
-
-
-def batch_indices(step, micro, rank, world, cfg, data):
-    """The pairs of one micro-step. The global batch of a step is fixed by (seed, step) alone, so
-    any split of it over ranks and micro-steps sees the same pairs, and resuming needs no state."""
-    G, n = cfg.batch_size * cfg.grad_accum * world, len(data)  # n >= G: load_data checks
-    epoch, k = divmod(step, n // G)  # drop the last partial batch of each epoch
-    chunk = epoch_order(data, cfg.seed + epoch, G, cfg.bucket, cfg.pack)[k * G : (k + 1) * G]
-    slot = rank * cfg.grad_accum + micro
-    return chunk[slot * cfg.batch_size : (slot + 1) * cfg.batch_size].tolist()
-
-
-class PairStep(nn.Module):
-    """What DDP wraps: it syncs gradients only for work done inside a module's forward().
-    Returns {objective: what backward sees, rm_loss: the pairwise loss alone (comparable with
-    evaluate's), r_chosen, r_rejected}; the LM-regularized model adds its lm_loss."""
-
-    def __init__(self, rm, cfg):
-        super().__init__()
-        self.rm, self.cfg = rm, cfg
-
-    def forward(self, b):
-        c, rm = self.cfg, self.rm
-        if isinstance(rm, LMRegularizedRewardModel):
-            pair = (b.chosen, b.chosen_mask, b.rejected, b.rejected_mask, b.chosen_response_mask)
-            objective, stats = rm.loss(*pair, c.lm_coef, c.loss, c.margin, c.center_coef)
-            return dict(stats, objective=objective)
-        if isinstance(rm, LengthDebiasedRewardModel):  # ODIN: the loss sees both heads
-            odin = (c.loss, c.margin, c.center_coef, c.length_coef)
-            if c.pack:
-                row = (b.tokens, b.segments, b.positions, b.chosen_end, b.rejected_end)
-                flex = b.tokens.is_cuda
-                objective, stats = rm.loss_packed(*row, *odin, flex=flex, states=b.states)
-            else:
-                pair = (b.chosen, b.chosen_mask, b.rejected, b.rejected_mask)
-                objective, stats = rm.loss(*pair, b.chosen_response_mask, *odin)
-            return dict(stats, objective=objective)
-        if c.pack:  # one row per pair, the prompt computed once (data/pairs.py pack_pairs)
-            ends = (b.chosen_end, b.rejected_end)
-            r_c, r_r = rm.forward_pair_packed(
-                b.tokens, b.segments, b.positions, *ends, flex=b.tokens.is_cuda, states=b.states
-            )
-        else:
-            r_c, r_r = rm.forward_pair(b.chosen, b.chosen_mask, b.rejected, b.rejected_mask)
-        loss = pairwise_loss(c.loss, r_c, r_r, margin=c.margin, center_coef=c.center_coef)
-        return dict(
-            objective=loss, rm_loss=loss.detach(), r_chosen=r_c.detach(), r_rejected=r_r.detach()
-        )
-
-
 # ----------------------------------------------------------------------------- setup
 def load_data(cfg, proc):
     """(meta.json's dict, train pairs, val pairs)."""
@@ -225,19 +162,6 @@ def load_data(cfg, proc):
     if cfg.epochs:  # each epoch is len(train) // G steps (the last partial batch is dropped)
         cfg.max_iters = cfg.epochs * (len(train) // G)
     return meta, train, val
-
-
-def open_caches(cfg, proc, rm, train, val, say):
-    """(train, val) cache.FrozenCache of the frozen layers' output, when --train_layers freezes
-    some and the model reads the last layer at the reward tokens alone (the plain RM, ODIN's; the
-    LM term reads every token); else (None, None). A cached run trains and evaluates on packed
-    rows, an exact re-layout."""
-    reads_ends = type(rm) in (RewardModel, LengthDebiasedRewardModel)
-    if not (cfg.cache and cfg.train_layers and reads_ends and cfg.init != "scratch"):
-        return None, None
-    cfg.pack, d = True, dataset_dir(cfg.dataset)
-    first = len(rm.backbone.layers) - cfg.train_layers
-    return open_caches_of(rm.backbone, cfg.init, d, first, train, val, proc, cfg.cache_dir, say)
 
 
 def build_model(cfg, meta):
@@ -316,6 +240,19 @@ def make_optimizer(rm, cfg, device):
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95), fused=fused), params
 
 
+def open_caches(cfg, proc, rm, train, val, say):
+    """(train, val) cache.FrozenCache of the frozen layers' output, when --train_layers freezes
+    some and the model reads the last layer at the reward tokens alone (the plain RM, ODIN's; the
+    LM term reads every token); else (None, None). A cached run trains and evaluates on packed
+    rows, an exact re-layout."""
+    reads_ends = type(rm) in (RewardModel, LengthDebiasedRewardModel)
+    if not (cfg.cache and cfg.train_layers and reads_ends and cfg.init != "scratch"):
+        return None, None
+    cfg.pack, d = True, dataset_dir(cfg.dataset)
+    first = len(rm.backbone.layers) - cfg.train_layers
+    return open_caches_of(rm.backbone, cfg.init, d, first, train, val, proc, cfg.cache_dir, say)
+
+
 def make_trainer(rm, cfg, proc):
     """PairStep around rm: compiled if asked, wrapped in DDP under torchrun (FSDP shards rm
     itself: fsdp.shard)."""
@@ -325,6 +262,71 @@ def make_trainer(rm, cfg, proc):
     if proc.ddp and not cfg.fsdp:
         trainer = DDP(trainer, device_ids=[proc.local_rank] if proc.cuda else None)
     return trainer
+
+
+class PairStep(nn.Module):
+    """What DDP wraps: it syncs gradients only for work done inside a module's forward().
+    Returns {objective: what backward sees, rm_loss: the pairwise loss alone (comparable with
+    evaluate's), r_chosen, r_rejected}; the LM-regularized model adds its lm_loss."""
+
+    def __init__(self, rm, cfg):
+        super().__init__()
+        self.rm, self.cfg = rm, cfg
+
+    def forward(self, b):
+        c, rm = self.cfg, self.rm
+        if isinstance(rm, LMRegularizedRewardModel):
+            pair = (b.chosen, b.chosen_mask, b.rejected, b.rejected_mask, b.chosen_response_mask)
+            objective, stats = rm.loss(*pair, c.lm_coef, c.loss, c.margin, c.center_coef)
+            return dict(stats, objective=objective)
+        if isinstance(rm, LengthDebiasedRewardModel):  # ODIN: the loss sees both heads
+            odin = (c.loss, c.margin, c.center_coef, c.length_coef)
+            if c.pack:
+                row = (b.tokens, b.segments, b.positions, b.chosen_end, b.rejected_end)
+                flex = b.tokens.is_cuda
+                objective, stats = rm.loss_packed(*row, *odin, flex=flex, states=b.states)
+            else:
+                pair = (b.chosen, b.chosen_mask, b.rejected, b.rejected_mask)
+                objective, stats = rm.loss(*pair, b.chosen_response_mask, *odin)
+            return dict(stats, objective=objective)
+        if c.pack:  # one row per pair, the prompt computed once (data/pairs.py pack_pairs)
+            ends = (b.chosen_end, b.rejected_end)
+            r_c, r_r = rm.forward_pair_packed(
+                b.tokens, b.segments, b.positions, *ends, flex=b.tokens.is_cuda, states=b.states
+            )
+        else:
+            r_c, r_r = rm.forward_pair(b.chosen, b.chosen_mask, b.rejected, b.rejected_mask)
+        loss = pairwise_loss(c.loss, r_c, r_r, margin=c.margin, center_coef=c.center_coef)
+        return dict(
+            objective=loss, rm_loss=loss.detach(), r_chosen=r_c.detach(), r_rejected=r_r.detach()
+        )
+
+
+# ----------------------------------------------------------------- the schedule and the batches
+def get_lr(step, cfg):
+    """Linear warmup to cfg.lr, then cosine decay to cfg.min_lr at cfg.max_iters."""
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    progress = min(1.0, (step - cfg.warmup) / max(1, cfg.max_iters - cfg.warmup))
+    return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (cfg.lr - cfg.min_lr)
+
+
+def batch_indices(step, micro, rank, world, cfg, data):
+    """The pairs of one micro-step. The global batch of a step is fixed by (seed, step) alone, so
+    any split of it over ranks and micro-steps sees the same pairs, and resuming needs no state."""
+    G, n = cfg.batch_size * cfg.grad_accum * world, len(data)  # n >= G: load_data checks
+    epoch, k = divmod(step, n // G)  # drop the last partial batch of each epoch
+    chunk = epoch_order(data, cfg.seed + epoch, G, cfg.bucket, cfg.pack)[k * G : (k + 1) * G]
+    slot = rank * cfg.grad_accum + micro
+    return chunk[slot * cfg.batch_size : (slot + 1) * cfg.batch_size].tolist()
+
+
+@lru_cache(maxsize=2)
+def epoch_order(data, seed, G, bucket, packed):
+    """One epoch's order of the pairs: seeded by the epoch, so every rank computes the same."""
+    if bucket:  # each run of G pairs (one global batch) has similar lengths
+        return bucketed_order(data.lengths(packed), G, seed)
+    return torch.randperm(len(data), generator=torch.Generator().manual_seed(seed))
 
 
 # ----------------------------------------------------------------------------- training
