@@ -55,7 +55,7 @@ from data.arith.prepare import built_in
 from data.pairs import PairDataset, bucketed_order, dataset_dir
 from eval_rm import all_reduce_sum, evaluate, fit_calibration
 from fsdp import full_state, gathered, load_full_state, no_sync, shard
-from length_head import LengthDebiasedRewardModel
+from length_head import LENGTH_COEF, LengthDebiasedRewardModel
 from lora import add_lora, memory_report
 from model import ModelConfig
 from report import as_served, subsets_of, write_report
@@ -115,7 +115,7 @@ class TrainConfig:
     grad_ckpt: bool = opt(False, "activation checkpointing: recompute layers in backward")
     train_layers: int = opt(0, "> 0: train the top N layers, final norm, head", NON_NEGATIVE)
     length_head: bool = opt(False, "ODIN: a second head absorbs response length; the first scores")
-    length_coef: float = opt(1.0, "--length_head: weight of ODIN's decorrelation terms")
+    length_coef: float = opt(LENGTH_COEF, "--length_head: weight of ODIN's decorrelation terms")
     calibrate_length: bool = opt(False, "fit, store the length calibration (calibrate.py)")
     epochs: int = opt(
         0, "> 0: passes over the pairs (sets --max_iters), eval at each end", NON_NEGATIVE

@@ -105,10 +105,11 @@ def plot(rows):
     """Overall accuracy and length-balanced accuracy against the reward-length correlation."""
     fig = Figure(figsize=(10, 3.8))
     for ax, key in zip(fig.subplots(1, 2), KEYS[:2], strict=True):
-        for r in (r for r in rows if r["subset"] == "overall"):
-            marker = "s" if r["model"] == "calibrated" else "o"
+        for r in (r for r in rows if r["subset"] == "overall"):  # a color per setting
+            marker = "s" if r["model"] == "calibrated" else "o"  # squares: calibrated
             label = r["setting"] + (" + calibration" if r["model"] == "calibrated" else "")
-            ax.scatter(r["length_corr"], r[key], s=36, marker=marker, label=label)
+            color = f"C{list(SETTINGS).index(r['setting'])}"
+            ax.scatter(r["length_corr"], r[key], s=36, marker=marker, color=color, label=label)
         ax.axvline(0, lw=0.5, color="gray")
         ax.axvspan(-0.1, 0.1, color="green", alpha=0.06)  # the issue's aim: |corr| <= 0.1
         ax.set_xlabel("reward-length correlation (held-out responses)")

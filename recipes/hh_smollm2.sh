@@ -39,7 +39,7 @@ BATCH=${BATCH:-8}
 MAX_LEN=${MAX_LEN:-320}
 MAX_TRAIN=${MAX_TRAIN:-800}  # training pairs per subset: the frozen layers' cache fits the hour
 CALIBRATE=${CALIBRATE:-true}  # also fit the length calibration on the training pairs (calibrate.py)
-EXTRA=${EXTRA:-}            # e.g. EXTRA="--length_head --length_coef 0.1" (ODIN, length_head.py)
+EXTRA=${EXTRA:-}            # e.g. EXTRA="--length_head --length_coef 0.03" (ODIN, length_head.py)
 
 if [ ! -f "$DATA/meta.json" ]; then  # prepared once; later runs (other settings) reuse it
     python data/hh_rlhf/prepare.py --src "$HH" --tokenizer "$GGUF" --max_len "$MAX_LEN" \

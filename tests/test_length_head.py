@@ -54,7 +54,7 @@ def train(cls, data, steps=150, bs=16):
     for step in range(steps):
         b = batch(data[(step * bs) % len(data) :][:bs])
         if cls is LengthDebiasedRewardModel:
-            loss, _ = model.loss(*b)
+            loss, _ = model.loss(*b, length_coef=1.0)  # the weight this check was written at
         else:
             r_c, r_r = model.forward_pair(*b[:4])
             loss = -torch.nn.functional.logsigmoid(r_c - r_r).mean()
