@@ -19,8 +19,11 @@ final evaluation: eval.json, reward_hist.png, reward_length.png, reliability.png
 
 From a pretrained checkpoint: --train_layers k trains the top k layers and the head, the frozen
 layers' output computed once per pair and cached (cache.py); --epochs N; --lora_rank r (lora.py);
---fsdp shards the model over the ranks (fsdp.py). The run's plumbing (processes, out_dir, log,
-speed) is runtime.py's; the held-out evaluation is eval_rm.evaluate; ckpt.pt is ckpt.py's.
+--fsdp shards the model over the ranks (fsdp.py). Length (README, "Length under control"):
+--length_head trains ODIN's second head (length_head.py); --calibrate_length fits the reward's
+length dependence on the training pairs and stores it (calibrate.py, out_dir/calibrated/).
+The run's plumbing (processes, out_dir, log, speed) is runtime.py's; the held-out evaluation is
+eval_rm.evaluate, its report report.py's; ckpt.pt is ckpt.py's.
 
 Simplified on purpose: no mixed fp16 (bf16 needs no loss scaling); a single fixed train/val split
 from the prepare script; the cache is built by rank 0 alone.
