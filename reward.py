@@ -147,7 +147,7 @@ def accuracy(r_chosen, r_rejected):
 
 def pearson(x, y, eps=1e-8):
     """Pearson correlation of two (N,) tensors, differentiable (ODIN's statistic in a batch);
-    eval_rm reports it between rewards and lengths."""
+    report.py reports it between rewards and lengths."""
     x, y = x - x.mean(), y - y.mean()
     return (x * y).sum() / (x.norm() * y.norm() + eps)
 
