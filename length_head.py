@@ -13,7 +13,6 @@ a first reading of reward modeling can skip it.
 
 import torch
 
-from data.pairs import packed_attention_mask, packed_block_mask
 from model import Transformer
 from reward import (
     RewardModel,
@@ -92,18 +91,8 @@ class LengthDebiasedRewardModel(RewardModel):
         """loss() on rows [prompt | chosen | rejected] (data/pairs.py's PackedBatch): each
         response's length is the count of its segment's tokens. states: as forward_pair_packed's
         (the frozen layers' cached output)."""
-        mask = packed_block_mask(segments) if flex else packed_attention_mask(segments)
-        ends = torch.stack([chosen_end, rejected_end], 1)  # (B, 2)
-        first, x = states or (0, None)
-        h = self.backbone.hidden_states(
-            tokens,
-            segments >= 0,
-            positions=positions,
-            attn_mask=mask,
-            at=ends,
-            layers=(first, len(self.backbone.layers)),
-            states=x,
-        )  # (B, 2, dim)
+        ends = (chosen_end, rejected_end)
+        h = self.packed_end_states(tokens, segments, positions, *ends, flex, states)  # (B, 2, dim)
         h = h.transpose(0, 1).flatten(0, 1)  # (B, 2, dim) -> (2B, dim): chosen rows, then rejected
         lengths = torch.cat([(segments == 1).sum(1), (segments == 2).sum(1)])  # (2B,)
         return self._odin(h, lengths, kind, margin, center_coef, length_coef)

@@ -267,10 +267,21 @@ class RewardModel(ScalarHeadModel):
         rewards equal forward_pair's. flex=True uses FlexAttention (CUDA) for the mask.
         states: (first, (B, T, dim)) the rows' states before layer `first` (cache.py), from
         which the forward runs the layers above it alone."""
+        h = self.packed_end_states(
+            tokens, segments, positions, chosen_end, rejected_end, flex, states
+        )
+        r = apply_head(self.head, h)  # (B, 2)
+        return r[:, 0], r[:, 1]
+
+    def packed_end_states(
+        self, tokens, segments, positions, chosen_end, rejected_end, flex, states
+    ):
+        """The final states (B, 2, dim) at the two reward tokens of each packed row, what every
+        head on a packed pair reads (forward_pair_packed's arguments)."""
         mask = packed_block_mask(segments) if flex else packed_attention_mask(segments)
         ends = torch.stack([chosen_end, rejected_end], 1)  # (B, 2)
         first, x = states or (0, None)
-        h = self.backbone.hidden_states(
+        return self.backbone.hidden_states(
             tokens,
             segments >= 0,
             positions=positions,
@@ -279,8 +290,6 @@ class RewardModel(ScalarHeadModel):
             layers=(first, len(self.backbone.layers)),
             states=x,
         )  # (B, 2, dim)
-        r = apply_head(self.head, h)  # (B, 2)
-        return r[:, 0], r[:, 1]
 
 
 class LMRegularizedRewardModel(RewardModel):
