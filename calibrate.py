@@ -8,7 +8,7 @@ command that fits and stores them is eval_rm.py's:
     nice -n 19 python eval_rm.py --ckpt out/x/ckpt.pt --data data/hh_rlhf/smollm2-helpful-base \
         --out out/x/eval_cal --calibrate_length --save_calibration   # fit, report, store in ckpt
     python eval_rm.py --ckpt out/x/ckpt.pt --data DIR --out D --calibrate_length false  # raw
-    python reward.py --ckpt out/x/ckpt.pt --prompt "Hi" --response "Hello" --normalize
+    python score.py --ckpt out/x/ckpt.pt --prompt "Hi" --response "Hello" --normalize
 
 Length-balanced accuracy. Accuracy on the pairs whose chosen response is longer and on those
 whose chosen is shorter, and their mean: a model that always prefers the longer response scores

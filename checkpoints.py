@@ -33,6 +33,7 @@ import struct
 import torch
 
 from cli import load_torch
+from gguf_reader import load_gguf_checkpoint
 from model import ModelConfig, Transformer, rope_frequencies
 
 
@@ -83,8 +84,6 @@ def read_checkpoint(path):
             f"{path}: neither params.json (Meta) nor config.json (Hugging Face) in this directory"
         )
     if path.endswith(".gguf"):
-        from gguf_reader import load_gguf_checkpoint  # numpy and the GGUF parser, only here
-
         return load_gguf_checkpoint(path)
     return read_llama2c(path)
 

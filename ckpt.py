@@ -19,7 +19,7 @@ What ckpt.pt holds: one dict, torch.save'd, read with weights_only=True (tensors
     length_calibration    {"kind": "linear_log_length", "coef": [a, b], "n"}: reward.py, eval_rm.py
                           serve r - (a + b log L), L the response's tokens (calibrate.py)
     reward_normalization  {"mean", "std", "n", "calibrated"} of the served rewards on held-out
-                          pairs, for reward.py --normalize; both written by update_checkpoint,
+                          pairs, for score.py --normalize; both written by update_checkpoint,
                           both dropped by a new save (new weights: refit them)
     trainable             LoRA runs only: the adapters and head (`model` holds them merged)
     optimizer, step, rng, cuda_rng   what --resume needs to continue exactly

@@ -43,8 +43,10 @@ import torch.distributed as dist
 import calibrate
 from ckpt import checkpoint_tokenizer, update_checkpoint
 from cli import ArgumentParser, UsageError, boolean, check_device, run
-from data.pairs import PairDataset, dataset_dir
+from data.chat import chat_format
+from data.pairs import open_dataset
 from data.sources import data_kind, load_source
+from data.tokenizer import load_tokenizer
 from report import Scored, as_served, best_of_n, response_lengths, write_report
 from reward import load_for_scoring, pairwise_loss
 
@@ -229,12 +231,9 @@ def main(argv=None):
         if dataset is None:
             p.error("--calibrate_length: pass --calibration_data DIR, a prepared dataset")
         try:
-            d = dataset_dir(dataset)
-            with open(os.path.join(d, "meta.json")) as f:
-                pad_id = json.load(f)["pad_id"]
-            data = PairDataset(os.path.join(d, "train.npz"))
+            d, meta, (data,) = open_dataset(dataset, "train")
             print(f"fitting the length calibration on the training pairs of {d}")
-            cal = fit_calibration(rm, data, pad_id, batch_size, args.max_pairs)
+            cal = fit_calibration(rm, data, meta["pad_id"], batch_size, args.max_pairs)
         except (OSError, ValueError, KeyError) as e:
             p.error(f"--calibration_data {dataset}: {e}")
     if cal is not None:
@@ -244,9 +243,6 @@ def main(argv=None):
 
     def tokenizer():
         if not tok_cache:
-            from data.chat import chat_format
-            from data.tokenizer import load_tokenizer
-
             if args.tokenizer is None and not info["has_tokenizer"]:
                 p.error(f"{args.ckpt} holds no tokenizer: pass --tokenizer")
             try:

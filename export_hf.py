@@ -2,7 +2,7 @@
 Export a nanoRM reward model as a Hugging Face LlamaForSequenceClassification directory, which
 transformers, TRL, OpenRLHF and vLLM load as a reward model.
 
-    python reward.py --ckpt out/ckpt.pt --export_hf out/hf      # what reward.py's CLI calls
+    python score.py --ckpt out/ckpt.pt --export_hf out/hf      # what score.py's CLI calls
     python -c "from transformers import AutoModelForSequenceClassification as M; M.from_pretrained('out/hf')"
 
 It writes config.json, model.safetensors (float32, HF's tensor names) and the tokenizer:

@@ -2,15 +2,7 @@
 Reward models: a LLaMA that reads prompt + response and returns one number, and the pairwise
 losses that teach it which of two responses people preferred.
 
-    python reward.py --ckpt out/ckpt.pt --prompt "Once upon a time" --response "there was a cat."
-    python reward.py --ckpt out/ckpt.pt --prompt "Hi" --response "Hello" --normalize  # (r-mean)/std
-    python reward.py --ckpt out/ckpt.pt --export_hf out/hf       # a LlamaForSequenceClassification
-    python reward.py --ckpt ../shared/data/llama2c/stories260K/stories260K.bin \
-        --tokenizer ../shared/data/llama2c/stories260K/tok512.bin --prompt "Hi" --response "Hello"
-
-The last one has an untrained (random) head: any checkpoint model.py reads can be a backbone
-(llama2.c, Meta, Hugging Face, GGUF), and an HF LlamaForSequenceClassification directory brings
-its trained `score` head with it.
+A library: score.py is its command line (score a response, export to Hugging Face).
 
     rm = RewardModel.from_backbone_checkpoint(path)   # or .from_config(cfg), .load(saved)
     r = rm(tokens, attention_mask)                     # (B,), read at each row's last real token
@@ -29,7 +21,6 @@ head learns anyway. The beta that matters is DPO's, where the "reward" is
 beta * log(pi / pi_ref) and the policy cannot rescale it freely.
 """
 
-import argparse
 import os
 import re
 
@@ -38,14 +29,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from calibrate import served
 from checkpoints import read_checkpoint, transformer_from_state_dict
-from ckpt import checkpoint_tokenizer, is_ours, load_checkpoint, save_checkpoint
-from cli import ArgumentParser, UsageError, run
-from data.chat import chat_format
-from data.pairs import encode_pair, packed_attention_mask, packed_block_mask
-from data.tokenizer import load_tokenizer
-from export_hf import export_hf
+from ckpt import is_ours, load_checkpoint, save_checkpoint
+from cli import UsageError
+from data.pairs import packed_attention_mask, packed_block_mask, right_pad
 from model import ModelConfig, Transformer
 
 LOSSES = ("logsig", "logexp", "bce")
@@ -95,11 +82,9 @@ def pad_and_concat(a, a_mask, b, b_mask):
     right-padded with token 0 and mask 0, which changes nothing since we pool by the mask."""
     a_mask = torch.ones_like(a) if a_mask is None else a_mask
     b_mask = torch.ones_like(b) if b_mask is None else b_mask
-    T = max(a.size(1), b.size(1))
-    pad = lambda x: F.pad(x, (0, T - x.size(1)))  # zeros on the right
-    tokens = torch.cat([pad(a), pad(b)])  # (2B, T)
-    mask = torch.cat([pad(a_mask.long()), pad(b_mask.long())])  # (2B, T)
-    return tokens, mask
+    if a.size(1) == b.size(1):  # as collate makes them: nothing to pad
+        return torch.cat([a, b]), torch.cat([a_mask.long(), b_mask.long()])  # (2B, T)
+    return right_pad([*a, *b]), right_pad([*a_mask.long(), *b_mask.long()])  # (2B, T)
 
 
 # ----------------------------------------------------------------------------- losses
@@ -365,7 +350,7 @@ KINDS = {"RewardModel": RewardModel, "LMRegularizedRewardModel": LMRegularizedRe
 SCORED_AS = {"LengthDebiasedRewardModel": ("RewardModel", "length_head.")}
 
 
-# ----------------------------------------------------------------------------- command line
+# ----------------------------------------------------------------------------- loading
 def load_for_scoring(path):
     """(model, its ckpt.pt dict) for our checkpoint, or (a RewardModel around any backbone
     checkpoints.py reads, None): the head is random then, unless an HF classifier's `score`."""
@@ -379,46 +364,3 @@ def load_for_scoring(path):
     except ValueError as e:  # the readers' "wrong format, truncated, shapes do not fit"
         raise UsageError(str(e) if str(path) in str(e) else f"{path}: {e}") from None
     return model, None
-
-
-@torch.no_grad()
-def main(argv=None):
-    p = ArgumentParser(description="Score a response with a reward model, or export it.")
-    p.add_argument("--ckpt", required=True, help="a saved reward model, or any backbone")
-    p.add_argument("--tokenizer", default=None, help="default: the one the ckpt carries")
-    p.add_argument("--prompt", default="")
-    p.add_argument("--response", default=None)
-    p.add_argument("--export_hf", default=None, help="write a LlamaForSequenceClassification dir")
-    p.add_argument("--normalize", action="store_true", help="(r - mean) / std, as the ckpt stores")
-    p.add_argument("--pairs", default=None, help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    if args.pairs is not None:
-        hint = f"python eval_rm.py --ckpt {args.ckpt} --data {args.pairs} --out DIR"
-        p.error(f"accuracy on pairs is eval_rm.py's: {hint}")
-    if (args.response is None) == (args.export_hf is None):
-        p.error("give exactly one of --response and --export_hf")
-    model, ckpt = load_for_scoring(args.ckpt)
-    if ckpt is None:
-        print(f"note: {args.ckpt} is a backbone; its head is random unless it had a `score`")
-    ckpt = ckpt or {}
-    meta = ckpt.get("data_meta") or {}
-    tok_file = args.tokenizer  # default: the checkpoint's own
-    tok = load_tokenizer(tok_file) if tok_file else checkpoint_tokenizer(ckpt or args.ckpt)
-    if args.export_hf is not None:  # records the calibration and normalization in config.json
-        export_hf(model, args.export_hf, tok, meta, record=ckpt)
-        return
-    fmt = chat_format(tok, meta.get("chat_format", "auto"))  # the layout it was trained on
-    pair = {"prompt": args.prompt, "chosen": args.response, "rejected": args.response}
-    prompt, response, _, _ = encode_pair(tok, pair, model.backbone.config.max_seq_len, fmt)
-    r = model(torch.tensor([prompt + response])).item()
-    try:  # the stored length calibration, L = the response's tokens (its end token included)
-        r_served = float(served(ckpt, r, len(response), args.normalize, args.ckpt))
-    except ValueError as e:
-        p.error(f"--normalize: {e}")
-    what = "normalized" if args.normalize else "length-calibrated"
-    served_as = f" ({what}; raw {r:.6f}, {len(response)} response tokens)" if r_served != r else ""
-    print(f"reward: {r_served:.6f}{served_as}")
-
-
-if __name__ == "__main__":
-    run(main)

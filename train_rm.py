@@ -29,7 +29,6 @@ Simplified on purpose: no mixed fp16 (bf16 needs no loss scaling); a single fixe
 from the prepare script; the cache is built by rank 0 alone.
 """
 
-import json
 import math
 import os
 from contextlib import nullcontext
@@ -55,7 +54,7 @@ from cli import (
     run,
 )
 from data.arith.prepare import built_in
-from data.pairs import PairDataset, bucketed_order, dataset_dir
+from data.pairs import bucketed_order, dataset_dir, open_dataset
 from eval_rm import all_reduce_sum, evaluate, fit_calibration
 from fsdp import full_state, gathered, load_full_state, no_sync, shard
 from length_head import LENGTH_COEF, LengthDebiasedRewardModel
@@ -152,10 +151,7 @@ def load_data(cfg, proc):
         built_in()  # the default data makes itself when missing; rank 0 alone writes it
     if proc.ddp:
         dist.barrier()  # the other ranks wait for it, then everyone reads the same files
-    d = dataset_dir(cfg.dataset)
-    with open(os.path.join(d, "meta.json")) as f:
-        meta = json.load(f)
-    train, val = (PairDataset(os.path.join(d, f"{split}.npz")) for split in ("train", "val"))
+    d, meta, (train, val) = open_dataset(cfg.dataset, "train", "val")
     G = cfg.batch_size * cfg.grad_accum * proc.world
     if len(train) < G:
         raise UsageError(

@@ -41,6 +41,8 @@ import unicodedata
 from functools import lru_cache
 from pathlib import Path
 
+from gguf_reader import read_gguf_metadata
+
 # HF ByteLevel(use_regex=True)'s pattern, which is GPT-2's
 GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 # Llama 3's Split pattern (tiktoken's cl100k_base)
@@ -249,10 +251,6 @@ class BPETokenizer:
     @classmethod
     def from_gguf(cls, path: str | os.PathLike) -> "BPETokenizer":
         """The tokenizer in a GGUF file's metadata (`tokenizer.ggml.*`), model "gpt2"."""
-        try:
-            from gguf_reader import read_gguf_metadata  # the project's reader, at the repo root
-        except ImportError as e:
-            raise ImportError("reading .gguf needs nanoRM's gguf_reader.py on sys.path") from e
         meta = read_gguf_metadata(path)
         model = meta.get("tokenizer.ggml.model")
         if model != "gpt2":

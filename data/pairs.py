@@ -15,13 +15,16 @@ Batches: right-padded (chosen, rejected) rows (collate), or one packed row per p
 length-bucketed order; the forward skips the padding either way.
 """
 
+import json
 import os
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch.nn.attention.flex_attention import create_block_mask
+from torch.nn.utils.rnn import pad_sequence
 
 from cli import UsageError
 from data.chat import ChatFormat
@@ -95,20 +98,14 @@ class PairDataset:
 
     def collate(self, indices, pad_id):
         items = [self[i] for i in indices]
-        T = max(len(p) + max(len(c), len(r)) for p, c, r in items)
         B = len(items)
-        out = {k: torch.full((B, T), pad_id, dtype=torch.long) for k in ("chosen", "rejected")}
-        masks = {k: torch.zeros(B, T, dtype=torch.long) for k in ("chosen", "rejected", "resp")}
-        for i, (p, c, r) in enumerate(items):
-            for name, resp in (("chosen", c), ("rejected", r)):
-                seq = np.concatenate([p, resp])
-                out[name][i, : len(seq)] = torch.from_numpy(seq)
-                masks[name][i, : len(seq)] = 1
-            masks["resp"][i, len(p) : len(p) + len(c)] = 1
-        n = int(masks["chosen"].sum() + masks["rejected"].sum())
-        return Batch(
-            out["chosen"], masks["chosen"], out["rejected"], masks["rejected"], masks["resp"], n
-        )
+        seqs = [np.concatenate([p, c]) for p, c, _ in items]
+        seqs += [np.concatenate([p, r]) for p, _, r in items]  # (2B,): chosen rows, rejected rows
+        tokens, mask = right_pad(seqs, pad_id), right_pad([np.ones(len(s), np.int64) for s in seqs])
+        resp = [np.r_[np.zeros(len(p), np.int64), np.ones(len(c), np.int64)] for p, c, _ in items]
+        resp = right_pad(resp, T=tokens.size(1))  # (B, T) 1 on the chosen response
+        n = sum(len(s) for s in seqs)
+        return Batch(tokens[:B], mask[:B], tokens[B:], mask[B:], resp, n)
 
     def lengths(self, packed=False):
         """(N,) length of each pair's row: prompt + the longer response (plain), or prompt +
@@ -162,6 +159,16 @@ def dataset_dir(name):
             f"no dataset in {d} (no meta.json): make it with python {script} --out_dir {d}"
         )
     return d
+
+
+def open_dataset(name, *splits):
+    """(folder, meta.json's dict, a PairDataset per split) of a prepared dataset, e.g.
+    open_dataset("arith", "train", "val"). meta.json holds pad_id, vocab_size, the tokenizer's
+    fingerprint, the chat format and the subset names (groups) the .npz files refer to."""
+    d = dataset_dir(name)
+    with open(os.path.join(d, "meta.json")) as f:
+        meta = json.load(f)
+    return d, meta, [PairDataset(os.path.join(d, f"{split}.npz")) for split in splits]
 
 
 # ----------------------------------------------------------------------------- speed: bucketing
@@ -222,23 +229,27 @@ class PackedBatch:
 
 def pack_pairs(items, pad_id):
     """[(prompt ids, chosen ids, rejected ids), ...] -> PackedBatch, right-padded rows."""
-    T = max(len(p) + len(c) + len(r) for p, c, r in items)
-    B = len(items)
-    tokens = torch.full((B, T), pad_id, dtype=torch.long)
-    segments = torch.full((B, T), PAD_SEGMENT, dtype=torch.long)
-    positions = torch.zeros(B, T, dtype=torch.long)
-    ends = torch.zeros(2, B, dtype=torch.long)
-    n_tokens = 0
-    for i, (p, c, r) in enumerate(items):
+    rows, segments, positions = [], [], []
+    for p, c, r in items:
         P, C, R = len(p), len(c), len(r)
-        tokens[i, : P + C + R] = torch.as_tensor(np.concatenate([p, c, r]).astype(np.int64))
-        segments[i, :P], segments[i, P : P + C], segments[i, P + C : P + C + R] = 0, 1, 2
-        positions[i, : P + C] = torch.arange(P + C)
-        positions[i, P + C : P + C + R] = torch.arange(P, P + R)
-        ends[0, i], ends[1, i] = P + C - 1, P + C + R - 1
-        n_tokens += 2 * P + C + R
+        rows.append(np.concatenate([p, c, r]))
+        segments.append(np.repeat([0, 1, 2], [P, C, R]))
+        positions.append(np.r_[np.arange(P + C), np.arange(P, P + R)])  # rejected follows P
+    P, C, R = (torch.tensor([len(x[k]) for x in items]) for k in range(3))  # (B,) each
+    n_tokens = int((2 * P + C + R).sum())  # useful tokens: the prompt counted twice, as plain
+    tokens, segments = right_pad(rows, pad_id), right_pad(segments, PAD_SEGMENT)  # (B, T)
     n_packed = int((segments != PAD_SEGMENT).sum())
-    return PackedBatch(tokens, segments, positions, ends[0], ends[1], n_tokens, n_packed)
+    ends = P + C - 1, P + C + R - 1  # (B,) each: the last token of each response
+    return PackedBatch(tokens, segments, right_pad(positions), *ends, n_tokens, n_packed)
+
+
+def right_pad(rows, value=0, T=None):
+    """Rows of different lengths (1-D arrays or tensors of one dtype) as one (B, T) tensor, each
+    row from column 0 and `value` after it; T: the longest row's length unless given. The one
+    place a batch is padded: collate, pack_pairs and reward.pad_and_concat call it."""
+    rows = [torch.as_tensor(r) for r in rows]
+    out = pad_sequence(rows, batch_first=True, padding_value=value)  # (B, longest)
+    return out if T is None else F.pad(out, (0, T - out.size(1)), value=value)
 
 
 def packed_attention_mask(segments):

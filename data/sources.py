@@ -16,7 +16,7 @@ import re
 import tempfile
 from dataclasses import dataclass
 
-from data.pairs import PairDataset, dataset_dir, encode_pair, write_pairs
+from data.pairs import PairDataset, encode_pair, open_dataset, write_pairs
 from data.prepare import subset_name
 from data.rows import BadRowError, read_pairs
 from verifiable import extract_gsm8k, gsm8k_reward
@@ -149,16 +149,13 @@ class Source:
 def load_source(kind, path, args, info, tokenizer):
     """A Source for one --data argument; tokenizer() loads the tokenizer the first time."""
     if kind == "prepared":
-        d = dataset_dir(path)
-        with open(os.path.join(d, "meta.json")) as f:
-            meta = json.load(f)
+        d, meta, (data,) = open_dataset(path, "val")
         mine, theirs = info["meta"].get("tokenizer_fingerprint"), meta.get("tokenizer_fingerprint")
         if mine and theirs and mine != theirs:
             raise ValueError(
                 f"{d} was tokenized with another vocabulary than the checkpoint's "
                 f"({meta.get('tokenizer')}, fingerprint {theirs} != {mine})"
             )
-        data = PairDataset(os.path.join(d, "val.npz"))
         n = min(len(data), args.max_pairs or len(data))
         if data.groups is None:
             names = [os.path.basename(os.path.normpath(d))] * n

@@ -37,6 +37,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
 
+from data.bpe import BPETokenizer
+
 BYTE_OFFSET = 3  # llama2.c layout: ids 0,1,2 = <unk>, <s>, </s>; ids 3..258 = <0x00>..<0xFF>
 
 
@@ -248,8 +250,6 @@ def train_sentencepiece(
 def load_tokenizer(path: str | os.PathLike):
     """.model -> SentencePieceTokenizer, .bin -> Llama2cTokenizer, .gguf / tokenizer.json / a
     Hugging Face directory holding a tokenizer.json -> BPETokenizer."""
-    from data.bpe import BPETokenizer
-
     path = Path(path)
     if path.suffix == ".model":
         return SentencePieceTokenizer(path)
@@ -272,8 +272,6 @@ def tokenizer_fingerprint(tok) -> str:
     gives the same fingerprint, and so does a BPE vocabulary from a .gguf and a tokenizer.json,
     when both split the text the same way (Hugging Face's GGUF conversion drops SmolLM2's
     digit split, so its exported tokenizer.json differs from the .gguf, as its ids can)."""
-    from data.bpe import BPETokenizer
-
     if isinstance(tok, BPETokenizer):
         content = dict(
             kind="bpe",

@@ -23,7 +23,7 @@
 #   3. The held-out pairs of every subset are scored at each epoch's end; the last evaluation
 #      writes OUT/eval.json (per subset) and its plots, and the summary below.
 #   4. --calibrate_length: the line of reward on log(response tokens) is fitted on the training
-#      pairs' rewards and stored in ckpt.pt (reward.py and eval_rm.py then serve r minus it);
+#      pairs' rewards and stored in ckpt.pt (score.py and eval_rm.py then serve r minus it);
 #      OUT/calibrated/eval.json is the held-out report of the calibrated rewards.
 set -euo pipefail
 cd "$(dirname "$0")/.."

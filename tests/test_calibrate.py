@@ -1,5 +1,5 @@
 """calibrate.py: the length fit against numpy's least squares, the normalization, and one stored
-calibration served identically by eval_rm.py, reward.py and an HF export's config.json."""
+calibration served identically by eval_rm.py, score.py and an HF export's config.json."""
 
 import json
 import re
@@ -16,6 +16,7 @@ import reward
 import train_rm
 from data.arith.prepare import main as prepare_arith
 from data.pairs import PairDataset
+from score import main as score_main
 
 
 def test_fit_recovers_the_slope_and_removes_the_correlation():
@@ -75,7 +76,7 @@ def run(tmp_path_factory):
 
 
 def printed_reward(capsys, *argv):
-    reward.main([str(a) for a in argv])
+    score_main([str(a) for a in argv])
     return float(re.search(r"reward: (\S+)", capsys.readouterr().out).group(1))
 
 
@@ -105,7 +106,7 @@ def test_stored_calibration_is_served_alike_everywhere(run, tmp_path, capsys):
     off = ["--ckpt", ckpt, "--data", data, "--out", str(tmp_path / "off")]
     assert eval_rm.main([*off, "--calibrate_length", "false"])["overall"] == raw["overall"]
 
-    # one pair as raw text: eval_rm's mean chosen reward of 1 pair = reward.py's reward
+    # one pair as raw text: eval_rm's mean chosen reward of 1 pair = score.py's reward
     pair = {"prompt": "What is 12 + 7?", "chosen": " The answer is 19.", "rejected": " 20"}
     with open(tmp_path / "one.jsonl", "w") as f:
         f.write(json.dumps(pair) + "\n")
@@ -118,7 +119,7 @@ def test_stored_calibration_is_served_alike_everywhere(run, tmp_path, capsys):
     assert printed_reward(capsys, *score, "--normalize") == pytest.approx(z, abs=1e-5)
 
     # the export records both (its raw outputs are uncalibrated); eval_rm applies them to it
-    reward.main(["--ckpt", ckpt, "--export_hf", str(tmp_path / "hf")])
+    score_main(["--ckpt", ckpt, "--export_hf", str(tmp_path / "hf")])
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
     assert config["nanorm_reward"]["applied"] is False
     for key in ("length_calibration", "reward_normalization"):
@@ -130,6 +131,6 @@ def test_stored_calibration_is_served_alike_everywhere(run, tmp_path, capsys):
 def test_normalize_without_stored_stats_is_one_line(run, capsys):
     _, ckpt = run
     with pytest.raises(SystemExit):
-        reward.main(["--ckpt", ckpt, "--prompt", "1 + 1?", "--response", " 2", "--normalize"])
+        score_main(["--ckpt", ckpt, "--prompt", "1 + 1?", "--response", " 2", "--normalize"])
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--save_calibration" in err

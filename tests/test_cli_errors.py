@@ -173,7 +173,7 @@ def test_truncated_checkpoint_is_named_corrupt(first_run, tmp_path):
     p = cli("train_rm.py", "--out_dir", out, "--resume", *TINY)
     refused(p, f"{out / 'ckpt.pt'} is corrupt (truncated")
     assert (out / "ckpt.pt").read_bytes() == before
-    p = cli("reward.py", "--ckpt", out / "ckpt.pt", "--response", "hi")
+    p = cli("score.py", "--ckpt", out / "ckpt.pt", "--response", "hi")
     refused(p, f"{out / 'ckpt.pt'} is corrupt (truncated")
 
 
@@ -204,11 +204,11 @@ def test_train_layers_beyond_the_model(capsys, tmp_path):
 
 
 def test_reward_and_eval_cli_errors(first_run, tmp_path):
-    p = cli("reward.py", "--ckpt", tmp_path / "none.pt", "--response", "hi")
+    p = cli("score.py", "--ckpt", tmp_path / "none.pt", "--response", "hi")
     refused(p, f"{tmp_path / 'none.pt'} not found")
     rows = tmp_path / "pairs.jsonl"
     rows.write_bytes(b'{"prompt": "1 + 1", "chosen": " 2", "rejected": " 3"}\n{"prompt": 1}\n')
-    p = cli("reward.py", "--ckpt", first_run / "ckpt.pt", "--pairs", rows)
+    p = cli("score.py", "--ckpt", first_run / "ckpt.pt", "--pairs", rows)
     refused(p, "accuracy on pairs is eval_rm.py's: python eval_rm.py --ckpt")
     ev = ["eval_rm.py", "--ckpt", first_run / "ckpt.pt", "--out", tmp_path / "ev", "--data"]
     p = cli(*ev, rows)  # evaluation skips a bad row, and says which

@@ -1,4 +1,4 @@
-"""reward.py --export_hf: the exported LlamaForSequenceClassification gives nanoRM's rewards in
+"""score.py --export_hf: the exported LlamaForSequenceClassification gives nanoRM's rewards in
 transformers (padded batches, its own tokenizer on raw text and on chat messages), and reads back
 into nanoRM; checkpoints carry their tokenizer (checkpoint_tokenizer)."""
 
@@ -162,7 +162,7 @@ def test_export_refuses_a_head_bias(tmp_path):
 def test_cli_export_from_a_checkpoint_that_carries_its_tokenizer(sp_tok, tmp_path):
     """A train_rm-style checkpoint whose tokenizer file is gone: scoring and export still work,
     and a tokenizer that does not match the recorded fingerprint is refused."""
-    import reward
+    import score
     from data.tokenizer import tokenizer_fingerprint
 
     tok = sp_tok
@@ -180,7 +180,7 @@ def test_cli_export_from_a_checkpoint_that_carries_its_tokenizer(sp_tok, tmp_pat
     torch.save(dict(ckpt, tokenizer_files=tokenizer_files(tok)), path)
     ckpt = torch.load(path, weights_only=True)
     assert tokenizer_fingerprint(checkpoint_tokenizer(str(path))) == meta["tokenizer_fingerprint"]
-    reward.main(["--ckpt", str(path), "--export_hf", str(tmp_path / "hf")])
+    score.main(["--ckpt", str(path), "--export_hf", str(tmp_path / "hf")])
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
     assert config["num_labels"] == 1 and config["architectures"] == [
         "LlamaForSequenceClassification"

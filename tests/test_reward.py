@@ -15,9 +15,9 @@ from reward import (
     RewardModel,
     accuracy,
     load_reward_model,
-    main,
     pairwise_loss,
 )
+from score import main
 
 V, EOS = 61, 2
 tiny = tiny_model  # RewardModel or LMRegularizedRewardModel as its first argument
@@ -414,7 +414,7 @@ def test_command_line(tmp_path, capsys):
     with torch.no_grad():
         assert abs(printed - model(torch.tensor([ids])).item()) < 1e-5
 
-    # accuracy on a pairs file is eval_rm.py's alone: reward.py says where it went
+    # accuracy on a pairs file is eval_rm.py's alone: score.py says where it went
     with pytest.raises(SystemExit):
         main(["--ckpt", str(ckpt), "--pairs", str(tmp_path / "pairs.jsonl")])
     assert "python eval_rm.py --ckpt" in capsys.readouterr().err
