@@ -149,8 +149,10 @@ def _uncurrency(s):
 
     def price(m):
         inside = m[1].rstrip()
-        if m[2] and inside == m[1] and not _WORD.search(inside) and inside[-1:] not in "+-*/=x":
-            return m[0]  # "$12$": math
+        if m[2] and inside == m[1] and (
+            "\\" in inside or (not _WORD.search(inside) and inside[-1:] not in "+-*/=x")
+        ):
+            return m[0]  # "$12$" and "$12 \\text{ hours}$": math
         return m[1] + m[2]
 
     return _PRICE.sub(price, s) if "$" in s else s
@@ -167,6 +169,11 @@ _IMPERATIVE = re.compile(
     r"(?:Simplify|Evaluate|Compute|Find|Solve|Calculate|Determine|Express|Let|Given|Consider|Prove"
     r"|Show|Write|Compare|Suppose)\b"
 )
+# what may follow the one math span of a sentence that states it: units ("$12$ hours", "$5$
+# square feet") or "is the answer"; "$3$ is prime" and "$n$ must be even" state no answer
+_TRAILING = re.compile(r"\s*([a-z]+(?: [a-z]+){0,2})")
+_NOT_UNITS = set("is are was were be and or not to of for if in on by as so".split())
+_IS_THE_ANSWER = ("is the answer", "is the final answer", "is the correct answer")
 _NUMBER = re.compile(r"[-+]?[0-9][0-9,]*(?:\.[0-9]+)?")
 _UNITS_ONLY = re.compile(r"(?<![0-9,.])" + _NUMBER.pattern + r"(?: [a-zA-Z]+){1,3}")
 _NOT_WORDS = r"(?!(?:or|and|to|plus|minus|times|over|pi)\b)"  # "5 or 6" is a list, not "5"
@@ -183,6 +190,11 @@ def _value_of(s):
     spans = list(_MATH_SPAN.finditer(s))
     if not _WORD.search(_MATH_SPAN.sub("", s).replace("\\text", "")):
         return s
+    if len(spans) == 1 and spans[0].start() == 0:  # "$12$ hours", "$x=3$ is the answer"
+        rest = _TRAILING.fullmatch(s, spans[0].end())
+        words = rest[1].split() if rest else ()
+        if rest and (rest[1] in _IS_THE_ANSWER or not _NOT_UNITS.intersection(words)):
+            return next(g for g in spans[0].groups() if g is not None)
     start = spans[-1].start() if spans else 0
     if spans and _STATES_END.search(s, max(0, start - 40), start) and not _IMPERATIVE.match(s):
         return next(g for g in spans[-1].groups() if g is not None)

@@ -58,6 +58,7 @@ from extract import (  # noqa: F401 (all re-exported: callers import the extract
     extract_gsm8k,
 )
 from matrices import key  # exact.key, with matrix literals and their arithmetic read first
+from units import attached, drop_text_unit, drop_words, is_percent
 
 # ------------------------------------------------------------------ canonical strings
 
@@ -101,8 +102,6 @@ _BRACE_ARGS = (  # (only when this is in the string, pattern, replacement)
     ("^", re.compile(r"\^([0-9]+|[a-zA-Z])"), r"^{\1}"),  # x^10 is x^{10} as typed
     ("_", re.compile(r"_([0-9]+|[a-zA-Z])"), r"_{\1}"),
 )
-_UNIT_WORD = re.compile(r"[a-zA-Z]{2,}(?:\^\{?[23]\}?)?|\^\{?[23]\}?")
-_NOT_UNITS = {"or", "and", "to", "plus", "minus", "times", "over", "pi", "is", "not", "of"}
 _THOUSANDS = re.compile(r"[-+]?[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?")
 _DECIMAL_COMMA = re.compile(r"(?<![0-9])[-+]?[0-9]+,(?:[0-9]{1,2}|[0-9]{4,})")  # not 3 digits
 _ESCAPED_TWICE = re.compile(r"(?<!\\)\\\\(?=[a-zA-Z]{2})")
@@ -110,8 +109,6 @@ _SPACED = re.compile(r"(?<=[0-9]) +(?=[0-9])")
 _SPACED_THOUSANDS = re.compile(r"[-+]?[0-9]{1,3}(?: [0-9]{3})+(?:\.[0-9]+)?")
 _BASE = re.compile(r"(?<![0-9A-Z])([0-9A-Z]+)_\{([0-9]+)\}")  # 4210_{5} after canonical()
 _OR_AND = re.compile(r"(?<!\s)\s+(?:or|and)\s+|(?<=\))or(?=\()")
-_ATTACHED = re.compile(r"(?<![0-9,.])([-+]?[0-9][0-9,.]*)([a-zA-Z]{1,3})(?:\^\{?[23]\}?)?")
-_UNITS = set("km cm mm m kg g mg ml mL L ft in mi h hr hrs min s sec mph".split())  # "45km"
 _NAME = re.compile(r"[a-zA-Z](?:_\{?[0-9a-zA-Z]{1,3}\}?)?")  # a variable: x, p, x_1, a_{12}
 # an angle in degrees right after a trigonometric function: "\sin 30^\circ" is \sin(30\pi/180)
 _TRIG_DEGREES = re.compile(
@@ -137,20 +134,6 @@ def _unwrap_text(s):
     return "".join(out)
 
 
-def _drop_units(s):
-    """ "18 dollars" -> "18", "15 cm^2" -> "15": trailing words after a number are units.
-    Needs a space, so "2k" and "5x" stay algebra; "5 or 6" and "x cm" keep their words."""
-    words = s.split()
-    n = len(words)
-    while n > 1 and _UNIT_WORD.fullmatch(words[n - 1]) and words[n - 1] not in _NOT_UNITS:
-        n -= 1
-    head = " ".join(words[:n])
-    bare = _COMMAND.sub("", head)
-    if n == len(words) or not any(c.isdigit() for c in bare) or any(c.isalpha() for c in bare):
-        return s
-    return head
-
-
 def _solutions(s):
     """ "p=5,q=2;p=7,q=2" -> "(5,2),(7,2)": ";" separates solutions, each naming the same
     variables in alphabetical order, the order of a tuple. Anything else is left as it is."""
@@ -168,7 +151,7 @@ def canonical(answer):
     s = answer if answer.isascii() else answer.translate(_UNICODE)
     if "\\" in s:
         if "{" in s:
-            s = _unwrap_text(s)
+            s = _unwrap_text(drop_text_unit(s))  # "5\\text{ m}" -> "5"
         s = s.replace("\\! ", "\\!")  # "11,\\! 111" is one number; "32, 349" is a list
         s = _ESCAPED_TWICE.sub(r"\\", s)  # "\\\\frac" from a JSON string escaped twice
         s = _COMMAND.sub(lambda m: _COMMAND_MAP.get(m.group(), m.group()), s)
@@ -182,10 +165,8 @@ def canonical(answer):
     if "=" in s:
         s = s.replace("<=", "\u2264").replace(">=", "\u2265").replace("!=", "\u2260")
     if " " in s or ")or(" in s:
-        s = _drop_units(_OR_AND.sub(",", s))  # "8,3 or 4" and "(5,2) or (2,5)" are lists
-    m = None if s[-1:].isdigit() and "^" not in s else _ATTACHED.fullmatch(s)
-    if m and m[2] in _UNITS and (len(m[2]) > 1 or "." in m[1] or "," in m[1]):
-        s = m[1]  # a single letter only after 3.5 or 3,000: "5m" and "2k" stay algebra
+        s = drop_words(_OR_AND.sub(",", s))  # "8,3 or 4" and "(5,2) or (2,5)" are lists
+    s = attached(s)  # "45km" -> "45"; "5m" and "2k" stay algebra
     if ";" in s and "=" in s:
         s = _solutions(s)
     s = s.replace(";", ",").replace("{,}", ",")  # "14{,}916": LaTeX's spacing of a comma
@@ -271,7 +252,11 @@ def answers_match(predicted, reference):
     if key_a == key_b or same_set(key_a, key_b):
         return True
     decimal_a, decimal_b = ("." in x and "/" not in x and "frac" not in x for x in (a, b))
-    return (decimal_a and close(key_a, key_b)) or (decimal_b and close(key_b, key_a))
+    if (decimal_a and close(key_a, key_b)) or (decimal_b and close(key_b, key_a)):
+        return True
+    if is_percent(reference) and not is_percent(predicted) and "," not in b:  # 28% is 0.28
+        return key("(" + b + ")/100") == key_a
+    return False
 
 
 # ------------------------------------------------------------------ extraction with matching

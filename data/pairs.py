@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch.nn.attention.flex_attention import create_block_mask
 from torch.nn.utils.rnn import pad_sequence
 
-from cli import UsageError
+from cli import UsageError, atomic_write
 from data.chat import ChatFormat
 
 
@@ -54,12 +54,11 @@ def write_pairs(path, encoded, vocab_size, groups=None):
         offsets.append((pos, pos + len(p), pos + len(p) + len(c), pos + len(p) + len(c) + len(r)))
         flat.extend(p), flat.extend(c), flat.extend(r)
         pos = offsets[-1][3]
-    tmp = str(path) + ".tmp.npz"
     arrays = {"tokens": np.array(flat, dtype=dtype), "offsets": np.array(offsets, dtype=np.int64)}
     if groups is not None:
         arrays["group"] = np.asarray(groups, dtype=np.int64)
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
+    with atomic_write(path) as f:
+        np.savez(f, **arrays)
 
 
 @dataclass

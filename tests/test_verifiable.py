@@ -22,6 +22,7 @@ import exact
 import extract
 import matrices
 import trig
+import units
 import values
 import verifiable as V
 from verifiable import answers_match, extract_answer, extract_boxed, extract_gsm8k
@@ -286,7 +287,7 @@ DIFFERENT = [
     ("18", "180"), ("18", "-18"), ("18", "17"), ("18", "1.8"), ("18", "1,8"), ("1000", "100"),
     ("0.75", "0.7"), (r"\frac{3}{4}", r"\frac{4}{3}"), (r"1\frac{4}{5}", r"\frac45"),
     ("(3,4]", "(3,4)"), ("(1,2)", "(2,1)"), ("(1,2)", "2,1"), ("3, 5, 7", "3, 5"),
-    ("3, 5, 7", "3, 5, 7, 8"), (r"\text{Evelyn}", r"\text{Navin}"), ("50%", "0.5"),
+    ("3, 5, 7", "3, 5, 7, 8"), (r"\text{Evelyn}", r"\text{Navin}"), ("50%", "0.05"),
     (r"\sqrt{2}", r"\sqrt{3}"), (r"2\pi", r"\pi"), ("2k", "2"), ("2k+2", "2k+3"),
     (r"1 \pm \sqrt{19}", r"1+\sqrt{19}"), ("3R^2", "3r^2"), ("x^{10}", "x^{1}0"),
     ("-2 + 7i", "-2 - 7i"), ("5 or 6", "5"), ("x=5", "y=5"), ("y=2x+3", "y=2x-3"),
@@ -430,6 +431,37 @@ def test_different_answers_do_not_match(a, b):
 def test_percent_policy_is_the_number_of_percent():
     assert answers_match("50%", "50") and answers_match(r"50\%", "50.0")
     assert not answers_match("50%", "0.5") and not answers_match("0.5%", "50")
+    # a reference in percent is also the fraction it names (Math-Verify: 28\% == 0.28); a
+    # response in percent against a bare reference is its number of percent, as above
+    assert answers_match("0.28", r"28\%") and answers_match(r"\frac{1}{8}", r"12.5\%")
+    assert answers_match("0.5", "50 percent") and answers_match(r"\frac{28}{100}", "28%")
+    assert not answers_match("0.28", r"29\%") and not answers_match("2.8", r"28\%")
+    assert not answers_match("0.028", r"28\%") and not answers_match("0.28, 1", r"28\%")
+    assert V.math_reward("so the loss is $28 \\text{ percent}$", r"$28\%$") == 1.0
+    assert V.math_reward(r"The answer is $0.28$.", r"$28\%$") == 1.0
+
+
+def test_units_in_text_commands_and_after_a_math_span():
+    # a unit in a text command after a number goes, one letter too: the command says it is
+    # not a variable; "\mathrm{e}" stays Euler's number
+    assert answers_match(r"5 \text{ m}", "5") and answers_match(r"\frac{1}{3}\text{m}", "1/3")
+    assert answers_match(r"12 \mathrm{~km} / \mathrm{h}", "12") and answers_match(
+        r"5\,\mathrm{cm}^2", "5"
+    )
+    assert answers_match(r"12 \, \text{km/h}", "12") and answers_match(r"2.5\text{ s}", "2.5")
+    assert not answers_match(r"2\mathrm{e}", "2") and not answers_match(r"5 \text{ m}", "6")
+    assert not answers_match(r"x \text{ m}", "x") and not answers_match("5 m", "5")  # algebra
+    assert not answers_match(r"\text{m}", "m") or answers_match(r"\text{m}", "m")  # no number
+    # "$x$ units" and "$x$ is the answer" state x; "$3$ is prime" states nothing
+    assert extract_answer(r"$\frac{1}{3}$ meters") == r"\frac{1}{3}"
+    assert extract_answer("$12$ hours") == "12" and extract_answer("$5$ square feet.") == "5"
+    assert extract_answer(r"$ \frac{1}{3} $ is the answer") == r"\frac{1}{3}"
+    assert extract_answer("$3$ is prime") is None and extract_answer("$n$ must be even") is None
+    assert extract_answer("$5$ or $6$") != "5"
+    # a "$" that closes LaTeX makes math, even with words in a text command; prices stay
+    assert extract_answer(r"$12 \text{ hours}$") == r"$12 \text{ hours}$"
+    assert V.math_reward(r"$30 \text{ degrees}$", r"$30^\circ$") == 1.0
+    assert extract._uncurrency("paid $28.00 and $30.00 for it").startswith("paid 28.00 and")
 
 
 def test_policy_labels_match_bare_answers_but_not_each_other():
@@ -602,7 +634,7 @@ def test_graders_import_without_torch():
 
 def test_no_eval_or_exec_in_the_source():
     for name in ("verifiable.py", "extract.py", "exact.py", "matrices.py", "values.py", "trig.py",
-                 "decimals.py", "brackets.py"):  # fmt: skip
+                 "decimals.py", "brackets.py", "units.py"):  # fmt: skip
         check_no_eval(ast.parse((ROOT / name).read_text()))
 
 
@@ -709,7 +741,7 @@ NASTY = [("", "\\", ""), ("", "1", "x"), ("", "a", "1"), ("", " ", "x"), ("\\fra
 
 
 def test_every_regex_is_linear_on_adversarial_text():
-    modules = (V, extract, exact, matrices, trig, values, brackets, decimals)
+    modules = (V, extract, exact, matrices, trig, values, brackets, decimals, units)
     patterns = [v for m in modules for v in vars(m).values() if isinstance(v, re.Pattern)]
     patterns += [p for _, p, _ in V._BRACE_ARGS] + list(V._FOLD.values())
     assert len(patterns) >= 8

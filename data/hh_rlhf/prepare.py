@@ -24,13 +24,14 @@ whole (written aside, then renamed). Bad rows are reported by file and line and 
 
 import argparse
 import os
+import shutil
 import sys
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the project root
 
-from cli import ArgumentParser, UsageError, run
+from cli import ArgumentParser, UsageError, atomic_write, run
 from data.prepare import add_arguments, check_arguments, find_sources, prepare
 
 SUBSETS = ("helpful-base", "harmless-base", "helpful-online", "helpful-rejection-sampled")
@@ -44,8 +45,8 @@ def download(subset, split):
         url = URL.format(subset=subset, split=split)
         print(f"downloading {url}")
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        urllib.request.urlretrieve(url, path + ".part")
-        os.replace(path + ".part", path)  # a cut download never passes for a whole one
+        with urllib.request.urlopen(url) as r, atomic_write(path) as f:
+            shutil.copyfileobj(r, f)  # a cut download never passes for a whole one
     return path
 
 
