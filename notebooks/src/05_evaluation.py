@@ -163,7 +163,7 @@ fig.tight_layout()
 # does this with its length-controlled subsets); train on data whose pairs differ in quality but
 # not in length (the arithmetic pairs of notebook 02 have `longer_wins` near 0.5, and a model
 # trained there has to read the numbers); or give length its own head so the quality head is
-# decorrelated from it (ODIN, reward.py's length-debiased model).
+# decorrelated from it (ODIN, length_head.py's length-debiased model).
 #
 # The same report on other data, from the command line:
 #
