@@ -88,6 +88,25 @@ def test_key_changes_with_the_data_and_the_layer(tmp_path):
     assert k != cache_key(a, b, first=2)
 
 
+def test_key_follows_the_content_not_the_path_or_time(tmp_path):
+    big = bytes(range(256)) * (4 * 2**20 // 256 + 7)  # over 3 MiB: sampled at 3 windows
+    for name, content in (("ckpt", big), ("data.npz", b"small")):
+        (tmp_path / name).write_bytes(content)
+    k = cache_key(tmp_path / "ckpt", tmp_path / "data.npz", first=2)
+    copy = tmp_path / "elsewhere"
+    copy.mkdir()
+    for name in ("ckpt", "data.npz"):  # a copy has another path and modification time
+        (copy / name).write_bytes((tmp_path / name).read_bytes())
+        os.utime(copy / name, (1, 1))
+    assert cache_key(copy / "ckpt", copy / "data.npz", first=2) == k
+    # a byte changed in any of the three windows of the big file: another cache
+    for at in (10, len(big) // 2 + 10, len(big) - 10):
+        changed = bytearray(big)
+        changed[at] ^= 1
+        (copy / "ckpt").write_bytes(bytes(changed))
+        assert cache_key(copy / "ckpt", copy / "data.npz", first=2) != k
+
+
 @pytest.fixture(scope="module")
 def arith(tmp_path_factory):
     from data.arith.prepare import main as prepare_arith
