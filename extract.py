@@ -171,7 +171,7 @@ _IMPERATIVE = re.compile(
 )
 # what may follow the one math span of a sentence that states it: units ("$12$ hours", "$5$
 # square feet") or "is the answer"; "$3$ is prime" and "$n$ must be even" state no answer
-_TRAILING = re.compile(r"\s*([a-z]+(?: [a-z]+){0,2})")
+_TRAILING = re.compile(r"[a-z]+(?: [a-z]+){0,2}")
 _NOT_UNITS = set("is are was were be and or not to of for if in on by as so".split())
 _IS_THE_ANSWER = ("is the answer", "is the final answer", "is the correct answer")
 _NUMBER = re.compile(r"[-+]?[0-9][0-9,]*(?:\.[0-9]+)?")
@@ -191,9 +191,8 @@ def _value_of(s):
     if not _WORD.search(_MATH_SPAN.sub("", s).replace("\\text", "")):
         return s
     if len(spans) == 1 and spans[0].start() == 0:  # "$12$ hours", "$x=3$ is the answer"
-        rest = _TRAILING.fullmatch(s, spans[0].end())
-        words = rest[1].split() if rest else ()
-        if rest and (rest[1] in _IS_THE_ANSWER or not _NOT_UNITS.intersection(words)):
+        rest = _TRAILING.fullmatch(s[spans[0].end() :].strip())
+        if rest and (rest[0] in _IS_THE_ANSWER or not _NOT_UNITS.intersection(rest[0].split())):
             return next(g for g in spans[0].groups() if g is not None)
     start = spans[-1].start() if spans else 0
     if spans and _STATES_END.search(s, max(0, start - 40), start) and not _IMPERATIVE.match(s):

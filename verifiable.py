@@ -218,6 +218,25 @@ def _as_tuple(a, b):
     return key("(" + a + ")") == key(b)
 
 
+def _named(s):
+    """{name: key of its value} for an answer naming 2+ values, or None: "(x,y)=(2,3)" and
+    "y=3,x=2" are both {x: 2, y: 3}."""
+    items = split_top(s, ",")
+    if len(items) == 1 and s[:1] == "(" and s.count("=") == 1:
+        left, right = s.split("=")
+        if not (wraps(left) and right[:1] == "(" and wraps(right)):
+            return None
+        names, values = split_top(left[1:-1], ","), split_top(right[1:-1], ",")
+        pairs = list(zip(names, values, strict=True)) if len(names) == len(values) else []
+    else:
+        pairs = [x.split("=") for x in items if x.count("=") == 1]
+        pairs = pairs if len(pairs) == len(items) else []
+    if len(pairs) < 2 or not all(_NAME.fullmatch(name) and value for name, value in pairs):
+        return None
+    named = {name: key(value) for name, value in pairs}
+    return named if len(named) == len(pairs) else None
+
+
 def answers_match(predicted, reference):
     """True when the two answer strings denote the same answer (see the module docstring).
     Never raises: non-str, empty or over-long (> MAX_ANSWER_CHARS) answers do not match."""
@@ -246,6 +265,10 @@ def answers_match(predicted, reference):
         key_a, key_b = key(bare_a), key(bare_b)  # one label: "x=5+5+1=11" is "x=11"
     elif (bare_a is None) != (bare_b is None):  # "(a,b)=(2,7)" answers "(2,7)"; "x=5" != "y=5"
         key_a, key_b = key(bare_a or a), key(bare_b or b)
+        if _as_tuple(bare_a or a, bare_b or b) or _as_tuple(bare_b or b, bare_a or a):
+            return True  # "x=2, y=3" answers "(2,3)", in the order written
+    elif bare_a and bare_b and (_named(a) or 0) == _named(b):  # "(x,y)=(2,3)" == "y=3,x=2"
+        return True
     elif _DECIMAL_COMMA.fullmatch(a) or _DECIMAL_COMMA.fullmatch(b):  # "0,25" vs "0.25"
         key_a = key(a.replace(",", ".")) if _DECIMAL_COMMA.fullmatch(a) else key_a
         key_b = key(b.replace(",", ".")) if _DECIMAL_COMMA.fullmatch(b) else key_b

@@ -472,6 +472,18 @@ def test_policy_labels_match_bare_answers_but_not_each_other():
     assert answers_match("y=2x+3", "2x+3")  # the variable named, an expression as the answer
 
 
+def test_named_values_against_a_tuple_and_each_other():
+    # "x=2, y=3" answers the tuple (2,3) in the order written (Math-Verify: in any order), and
+    # "(x,y)=(2,3)" names the same values as "x=2, y=3" or "y=3, x=2"
+    assert answers_match("x=2, y=3", "(2,3)") and answers_match("(2, 3)", "a=2,b=3")
+    assert answers_match(r"x = 2 \text{ and } y = 3", "(2,3)")
+    assert answers_match("(x,y)=(2,3)", "x=2, y=3") and answers_match("(x,y)=(2,3)", "y=3,x=2")
+    assert not answers_match("x=2, y=3", "(3,2)") and not answers_match("(x,y)=(2,3)", "x=3,y=2")
+    assert not answers_match("(x,y)=(2,3)", "a=2,b=3") and not answers_match("x=2,y=3", "(2,3,4)")
+    assert not answers_match("(x,y)=(2,3)", "(x,y)=(2,3,4)") and not answers_match("x=2", "(2,3)")
+    assert not answers_match("x=2, x=3", "(x,y)=(2,3)")
+
+
 def test_policy_inequalities_are_the_sets_they_allow():
     assert answers_match(r"x \geq 3", r"[3, \infty)") and answers_match("x < -1", r"(-\infty,-1)")
     assert not answers_match(r"x \geq 3", r"(3, \infty)") and not answers_match("x > 3", "3")
