@@ -25,7 +25,8 @@ import re
 from fractions import Fraction
 
 from brackets import split_top, wraps  # noqa: F401 (re-exported: verifiable.py imports them)
-from trig import _function, _pythagoras
+from intervals import union
+from trig import _INVERSE, _function, _pythagoras
 from values import (  # noqa: F401 (re-exported: matrices.py imports them from here)
     MAX_BITS,
     MAX_DEPTH,
@@ -52,7 +53,9 @@ _FRACTION = re.compile(r"(?<![0-9])([-+]?)([0-9]*)\\frac\{([0-9]+)\}\{([0-9]+)\}
 
 
 # an opaque factor (\sin x, 10^{x}) is a symbol named by its exact parts: equal only to itself
-_FUNCTIONS = set("\\sin \\cos \\tan \\cot \\sec \\csc \\ln \\log \\exp".split())
+_FUNCTIONS = set(
+    "\\sin \\cos \\tan \\cot \\sec \\csc \\ln \\log \\exp \\arcsin \\arccos \\arctan".split()
+)
 _STOPS = (None, "+", "-", ")", "}", "*", "/", "=", ",")  # what ends a function's argument
 
 
@@ -166,6 +169,8 @@ class _Parser:
         if token in _FUNCTIONS:  # \sin x, \cos^2(2x), \log_2 8; \sin^{-1} x is refused
             base = self.atom() if self.peek() == "_" and self.take() else {}
             n = _const(self.atom()) if self.peek() == "^" and self.take() else 1
+            if n == -1 and token in _INVERSE and not base:  # \sin^{-1} x is \arcsin x
+                token, n = _INVERSE[token], 1
             if n not in range(1, 10):
                 raise _NoValue
             return _function(token, base, self.argument(), int(n))
@@ -271,7 +276,7 @@ def _one_sided(variable, op, value):
     """ "variable op value" as ("rel", variable, the set of values it allows)."""
     if op == "\u2260":
         below, above = _interval(None, value, False, False), _interval(value, None, False, False)
-        return ("rel", variable, ("union", below, above))
+        return ("rel", variable, union([below, above]))
     if op in "<\u2264":
         return ("rel", variable, _interval(None, value, False, op == "\u2264"))
     return ("rel", variable, _interval(value, None, op == "\u2265", False))
@@ -333,8 +338,8 @@ def key(s, depth=0):
     if depth > MAX_DEPTH or not s:
         return ("str", s)
     parts = split_top(s, "\\cup") if "\\cup" in s else [s]
-    if len(parts) > 1:
-        return ("union",) + tuple(key(p, depth + 1) for p in parts)
+    if len(parts) > 1:  # order-free, finite sets joined, touching intervals merged
+        return union([key(p, depth + 1) for p in parts])
     if s[0] == "\u2983" and s[-1] == "\u2984" and wraps(s):
         return _multiset(split_top(s[1:-1], ","), depth)
     if s[0] in "([" and s[-1] in ")]" and wraps(s):

@@ -149,8 +149,10 @@ def _uncurrency(s):
 
     def price(m):
         inside = m[1].rstrip()
-        if m[2] and inside == m[1] and (
-            "\\" in inside or (not _WORD.search(inside) and inside[-1:] not in "+-*/=x")
+        if (
+            m[2]
+            and inside == m[1]
+            and ("\\" in inside or (not _WORD.search(inside) and inside[-1:] not in "+-*/=x"))
         ):
             return m[0]  # "$12$" and "$12 \\text{ hours}$": math
         return m[1] + m[2]

@@ -5,13 +5,15 @@ tan, cot, sec, csc are quotients of sin and cos; sin and cos of a sum or of an i
 (up to 6) expand; at k*pi/12 they are exact surds; sin^2 u is rewritten 1 - cos^2 u, so a
 polynomial in sines and cosines has one value modulo sin^2 + cos^2 = 1 ("\\sin^2 x+\\cos^2 x" is
 1, "\\sin 2x" is 2\\sin x\\cos x). Degrees right after a function become radians in
-verifiable.canonical() ("\\sin 30^\\circ" is \\sin(30\\pi/180) = 1/2). Not covered: half angles,
-inverse functions.
+verifiable.canonical() ("\\sin 30^\\circ" is \\sin(30\\pi/180) = 1/2). \\arcsin, \\arccos, \\arctan
+(and \\sin^{-1} ...) of a sine, cosine or tangent of k*pi/12 are that angle in their principal
+range ("\\arctan 1" is pi/4, "\\arccos(-1)" is pi); elsewhere they are opaque. Not covered: half
+angles (cos(pi/8) is not the surd of a surd).
 """
 
 from fractions import Fraction
 
-from values import MAX_DEPTH, MAX_TERMS, _inverse, _mul, _NoValue, _opaque
+from values import MAX_DEPTH, MAX_TERMS, _frozen, _inverse, _mul, _NoValue, _opaque
 
 _QUOTIENT = {"\\tan": ("\\sin", "\\cos"), "\\cot": ("\\cos", "\\sin"), "\\sec": (None, "\\cos"),
              "\\csc": (None, "\\sin")}  # fmt: skip
@@ -21,7 +23,28 @@ _SIN_DEGREES = {0: {}, 15: {(6, ()): _Q, (2, ()): -_Q}, 30: {(1, ()): Fraction(1
                 75: {(6, ()): _Q, (2, ()): _Q}, 90: {(1, ()): 1}}  # fmt: skip
 
 
+_ARCS = ("\\arcsin", "\\arccos", "\\arctan")
+_INVERSE = {"\\sin": "\\arcsin", "\\cos": "\\arccos", "\\tan": "\\arctan"}  # \\sin^{-1}
+
+
+def _arc_tables():
+    """{arc name: {frozen value: angle}}: sin on [-pi/2, pi/2], cos on [0, pi], tan on
+    (-pi/2, pi/2), at multiples of pi/12 (tan(pi/12) = 2 - sqrt 3 is not a quotient here)."""
+    angle = lambda k: {(1, (("\\pi", 1),)): Fraction(k, 12)} if k else {}  # noqa: E731
+    sin = {_frozen(_sin_cos(True, angle(k), 0)): angle(k) for k in range(-6, 7)}
+    cos = {_frozen(_sin_cos(False, angle(k), 0)): angle(k) for k in range(13)}
+    tan = {_frozen({(3, ()): Fraction(k, 3)}): angle(2 * k) for k in (-1, 1)}  # pi/6
+    tan |= {_frozen({(3, ()): k}): angle(4 * k) for k in (-1, 1)}  # pi/3
+    tan |= {_frozen({(1, ()): k}): angle(3 * k) for k in (-1, 0, 1)}  # 0, pi/4
+    for k, sign in ((1, 1), (5, -1), (-1, -1), (-5, 1)):  # tan(pi/12) = 2 - sqrt 3 ...
+        tan[_frozen({(1, ()): 2 * (1 if k > 0 else -1), (3, ()): -sign})] = angle(k)
+    return dict(zip(_ARCS, (sin, cos, tan), strict=True))
+
+
 def _function(name, base, arg, n):
+    if name in _ARCS:
+        found = _ARC_TABLES[name].get(_frozen(arg))
+        return _opaque(name, base, arg, power=n) if found is None else _pow_small(found, n)
     if name in _QUOTIENT and not base:
         top, bottom = (_function(f, {}, arg, 1) if f else {(1, ()): 1} for f in _QUOTIENT[name])
         try:
@@ -86,3 +109,6 @@ def _pythagoras(value):
             value[t] = value.get(t, 0) + c
         value = {t: c for t, c in value.items() if c}
     raise _NoValue
+
+
+_ARC_TABLES = _arc_tables()

@@ -17,13 +17,17 @@ degrees and units gone), then a key (exact.key): 3/4 == \\frac34 == 0.75; tuples
 keep order; lists, sets and a \\pm b are sets ("or", "and", ";" separate); matrices
 compare by cell; equations up to a factor. Policies (tests cover both sides of each):
 - Labels: "(a,b)=(2,7)" == "(2,7)", "g(x)=2" == "2", a chain "y=2+2+3=9=7" is 7; "x+1=5" is
-  an equation, not 5; "x=5" != "y=5".
+  an equation, not 5; "x=5" != "y=5". Named values: "x=2, y=3" == "(2,3)" (written order) and
+  == "(x,y)=(2,3)" == "y=3, x=2".
 - Relations are the sets they allow: "y \\geq 3" == "[3,\\infty)", "-40<b<6" == "(-40,6)".
 - Degrees: "30^\\circ" == "30" != "\\pi/6" (Math-Verify's reading); after sin, cos, tan ... they
   are the angle: "\\sin 30^\\circ" == "1/2" (Math-Verify: sin of 30 radians).
 - Numbers: "1,000", "1 000" and "14{,}916" are one number, "32, 349" and "1 2 3" lists, "0,25"
-  a decimal comma against a number; units after a number go ("2,500.75€", "45km"), "5m"
-  stays algebra; "50%" == "50" != "0.5". "4210_5" == "4210" (a base on one side only).
+  a decimal comma against a number; units after a number go ("2,500.75€", "45km",
+  "5\\text{ m}": units.py), "5m" stays algebra. "50%" == "50", and a reference "50%" is also
+  the response "0.5" (not the other way: a response "50%" to the reference 0.5 is 50, as the
+  dev labels have it). "3:4" == "3/4" (two ratios compare as written: "3:45" is a time).
+  "4210_5" == "4210" (a base on one side only).
 - Rounding (decimals.py): a number written with 2+ decimals is a value with no exact decimal
   that long, rounded or cut (0.33 for 1/3); 0.8 is not 3/4. Or, written to 6+ places, both
   agree to 6 (Math-Verify's rule: 3.141593 is pi). "x = 1/3 \\approx 0.33" is 1/3.
@@ -58,6 +62,7 @@ from extract import (  # noqa: F401 (all re-exported: callers import the extract
     extract_gsm8k,
 )
 from matrices import key  # exact.key, with matrix literals and their arithmetic read first
+from named import named, solutions
 from units import attached, drop_text_unit, drop_words, is_percent
 
 # ------------------------------------------------------------------ canonical strings
@@ -87,6 +92,8 @@ _COMMAND_MAP = {c: to for to, commands in _REWRITES.items() for c in commands.sp
     "\\{": "\u2983",
     "\\}": "\u2984",
     "\\lt": "<",
+    "\\div": "/",
+    "\\varnothing": "\\emptyset",
     "\\gt": ">",
     "\\approx": "\u2248",
 }
@@ -109,7 +116,8 @@ _SPACED = re.compile(r"(?<=[0-9]) +(?=[0-9])")
 _SPACED_THOUSANDS = re.compile(r"[-+]?[0-9]{1,3}(?: [0-9]{3})+(?:\.[0-9]+)?")
 _BASE = re.compile(r"(?<![0-9A-Z])([0-9A-Z]+)_\{([0-9]+)\}")  # 4210_{5} after canonical()
 _OR_AND = re.compile(r"(?<!\s)\s+(?:or|and)\s+|(?<=\))or(?=\()")
-_NAME = re.compile(r"[a-zA-Z](?:_\{?[0-9a-zA-Z]{1,3}\}?)?")  # a variable: x, p, x_1, a_{12}
+_FRAC_SPACED = re.compile(r"\\frac\s+([0-9a-zA-Z])\s+([0-9a-zA-Z])(?![0-9a-zA-Z])")
+_RATIO = re.compile(r"(?<![0-9.])([0-9]+(?:\.[0-9]+)?):([0-9]+(?:\.[0-9]+)?)")  # "3:4"
 # an angle in degrees right after a trigonometric function: "\sin 30^\circ" is \sin(30\pi/180)
 _TRIG_DEGREES = re.compile(
     r"(\\(?:sin|cos|tan|cot|sec|csc)(?:\^\{?[0-9]\}?)?[ ({]*)([0-9]+(?:\.[0-9]+)?) ?"
@@ -134,18 +142,6 @@ def _unwrap_text(s):
     return "".join(out)
 
 
-def _solutions(s):
-    """ "p=5,q=2;p=7,q=2" -> "(5,2),(7,2)": ";" separates solutions, each naming the same
-    variables in alphabetical order, the order of a tuple. Anything else is left as it is."""
-    groups = [[split_top(item, "=") for item in split_top(g, ",")] for g in split_top(s, ";")]
-    names = [[x[0].strip() for x in g] for g in groups]
-    if len(groups) < 2 or len(names[0]) < 2 or names[0] != sorted(names[0]):
-        return s
-    if any(n != names[0] for n in names) or not all(_NAME.fullmatch(x) for x in names[0]):
-        return s
-    return ",".join("(" + ",".join(x[1] for x in g) + ")" for g in groups)
-
-
 def canonical(answer):
     """The answer as a canonical string: no spacing, delimiters, units or LaTeX noise."""
     s = answer if answer.isascii() else answer.translate(_UNICODE)
@@ -154,10 +150,19 @@ def canonical(answer):
             s = _unwrap_text(drop_text_unit(s))  # "5\\text{ m}" -> "5"
         s = s.replace("\\! ", "\\!")  # "11,\\! 111" is one number; "32, 349" is a list
         s = _ESCAPED_TWICE.sub(r"\\", s)  # "\\\\frac" from a JSON string escaped twice
+        if "\\frac " in s:  # "\\frac 1 3": the space is no list separator
+            s = _FRAC_SPACED.sub(r"\\frac{\1}{\2}", s)
+        if "\\mathbb" in s:  # the real line
+            s = s.replace("\\mathbb{R}", "(-\\infty,\\infty)").replace(
+                "\\mathbb R", "(-\\infty,\\infty)"
+            )
         s = _COMMAND.sub(lambda m: _COMMAND_MAP.get(m.group(), m.group()), s)
+        s = s.replace("\u2983\u2984", "\\emptyset")  # "\\{\\}"
     if "\u2248" in s:  # "x = 1/3 \\approx 0.33" is 1/3; "x \\approx 11" is 11
         left, _, right = s.partition("\u2248")
         s = left if "=" in left or any(c.isdigit() for c in left) else left + "=" + right
+    if "infty" in s or "infinity" in s:  # "(1, +\\infty)" is "(1, \\infty)"
+        s = s.replace("+\\infty", "\\infty").replace("infinity", "\\infty")
     if "\u00b0" in s and "\\" in s:  # degrees in trigonometry are an angle; elsewhere they go
         s = _TRIG_DEGREES.sub(r"\1(\2\\pi/180)", s)
     s = s.replace("$", "").replace("%", "").replace("^{\u00b0}", "").replace("^\u00b0", "")
@@ -168,7 +173,7 @@ def canonical(answer):
         s = drop_words(_OR_AND.sub(",", s))  # "8,3 or 4" and "(5,2) or (2,5)" are lists
     s = attached(s)  # "45km" -> "45"; "5m" and "2k" stay algebra
     if ";" in s and "=" in s:
-        s = _solutions(s)
+        s = solutions(s)
     s = s.replace(";", ",").replace("{,}", ",")  # "14{,}916": LaTeX's spacing of a comma
     if " " in s and _SPACED.search(s):  # "1 000" is a thousand, "1 2 3" a list
         s = s.replace(" ", "") if _SPACED_THOUSANDS.fullmatch(s) else _SPACED.sub(",", s)
@@ -218,25 +223,6 @@ def _as_tuple(a, b):
     return key("(" + a + ")") == key(b)
 
 
-def _named(s):
-    """{name: key of its value} for an answer naming 2+ values, or None: "(x,y)=(2,3)" and
-    "y=3,x=2" are both {x: 2, y: 3}."""
-    items = split_top(s, ",")
-    if len(items) == 1 and s[:1] == "(" and s.count("=") == 1:
-        left, right = s.split("=")
-        if not (wraps(left) and right[:1] == "(" and wraps(right)):
-            return None
-        names, values = split_top(left[1:-1], ","), split_top(right[1:-1], ",")
-        pairs = list(zip(names, values, strict=True)) if len(names) == len(values) else []
-    else:
-        pairs = [x.split("=") for x in items if x.count("=") == 1]
-        pairs = pairs if len(pairs) == len(items) else []
-    if len(pairs) < 2 or not all(_NAME.fullmatch(name) and value for name, value in pairs):
-        return None
-    named = {name: key(value) for name, value in pairs}
-    return named if len(named) == len(pairs) else None
-
-
 def answers_match(predicted, reference):
     """True when the two answer strings denote the same answer (see the module docstring).
     Never raises: non-str, empty or over-long (> MAX_ANSWER_CHARS) answers do not match."""
@@ -267,7 +253,7 @@ def answers_match(predicted, reference):
         key_a, key_b = key(bare_a or a), key(bare_b or b)
         if _as_tuple(bare_a or a, bare_b or b) or _as_tuple(bare_b or b, bare_a or a):
             return True  # "x=2, y=3" answers "(2,3)", in the order written
-    elif bare_a and bare_b and (_named(a) or 0) == _named(b):  # "(x,y)=(2,3)" == "y=3,x=2"
+    elif bare_a and bare_b and (named(a) or 0) == named(b):  # "(x,y)=(2,3)" == "y=3,x=2"
         return True
     elif _DECIMAL_COMMA.fullmatch(a) or _DECIMAL_COMMA.fullmatch(b):  # "0,25" vs "0.25"
         key_a = key(a.replace(",", ".")) if _DECIMAL_COMMA.fullmatch(a) else key_a
@@ -279,6 +265,10 @@ def answers_match(predicted, reference):
         return True
     if is_percent(reference) and not is_percent(predicted) and "," not in b:  # 28% is 0.28
         return key("(" + b + ")/100") == key_a
+    ratio_a, ratio_b = _RATIO.fullmatch(a), _RATIO.fullmatch(b)
+    if (ratio_a is None) != (ratio_b is None):  # "3:4" is 3/4 against a number; "3:45" != "1:15"
+        ratio, other = (ratio_a, b) if ratio_a else (ratio_b, a)
+        return ratio[2].strip("0.") != "" and key(ratio[1] + "/" + ratio[2]) == key(other)
     return False
 
 

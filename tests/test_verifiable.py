@@ -20,7 +20,9 @@ import brackets
 import decimals
 import exact
 import extract
+import intervals
 import matrices
+import named
 import trig
 import units
 import values
@@ -326,6 +328,58 @@ def test_trigonometric_identities_and_special_angles():
                  (r"\cos(\pi/4)", r"-\frac{\sqrt2}{2}"), (r"\sin(x+y)", r"\sin x + \sin y"), (r"\tan x", r"\cot x")]  # fmt: skip
     for a, b in different:
         assert not answers_match(a, b) and not answers_match(b, a), (a, b)
+
+
+def test_inverse_trigonometric_functions_at_standard_values():
+    # principal values at sines, cosines and tangents of k*pi/12 (Math-Verify's sympy
+    # evaluates these); elsewhere an opaque factor equal only to itself
+    assert answers_match(r"\arcsin \frac{1}{2}", r"\frac{\pi}{6}")
+    assert answers_match(r"\arctan 1", r"\frac{\pi}{4}") and answers_match(r"\arccos(-1)", r"\pi")
+    assert answers_match(r"\sin^{-1} \frac{\sqrt{3}}{2}", r"\frac{\pi}{3}")
+    assert answers_match(r"\tan^{-1}\frac{\sqrt{3}}{3}", r"\frac{\pi}{6}")
+    assert answers_match(r"\arctan(2-\sqrt{3})", r"\frac{\pi}{12}")
+    assert answers_match(r"\arcsin(-\frac{1}{2})", r"-\frac{\pi}{6}")
+    assert answers_match(r"2\arccos 0", r"\pi") and answers_match(r"\tan^{-1} x", r"\arctan x")
+    assert not answers_match(r"\arcsin \frac{1}{2}", r"\frac{5\pi}{6}")  # not principal
+    assert not answers_match(r"\arccos \frac{1}{2}", r"\frac{\pi}{6}")
+    assert not answers_match(r"\arcsin 2", r"\frac{\pi}{2}") and not answers_match(
+        r"\arctan 2", r"\arctan 3"
+    )
+
+
+def test_unions_intervals_and_the_real_line():
+    # a union is a set: any order, finite sets joined, intervals that overlap or touch at a
+    # closed end merged (rational ends only); "+\infty" is "\infty"; \{\} is the empty set
+    assert answers_match(r"(1, \infty) \cup (-\infty, -1)", r"(-\infty,-1)\cup(1,\infty)")
+    assert answers_match(r"\{1,2\} \cup \{3\}", r"\{1,2,3\}")
+    assert answers_match(r"[1,2] \cup [2,3]", "[1,3]") and answers_match(r"(0,2)\cup(1,3)", "(0,3)")
+    assert answers_match(r"(1, +\infty)", r"(1, \infty)") and answers_match(
+        r"(1,\text{infinity})", r"(1,\infty)"
+    )
+    assert answers_match(r"x \ne 5", r"(5,\infty)\cup(-\infty,5)")
+    assert answers_match(r"\mathbb{R}", r"(-\infty, \infty)") and answers_match(
+        r"\{\}", r"\emptyset"
+    )
+    assert answers_match(r"\varnothing", r"\emptyset")
+    assert answers_match(r"[\sqrt2, 3]\cup[-1,0]", r"[-1,0]\cup[\sqrt{2},3]")
+    assert not answers_match(r"[1,2) \cup (2,3]", "[1,3]") and not answers_match(
+        r"(0,1)\cup(1,2)", "(0,2)"
+    )
+    assert not answers_match(r"(0,2)\cup(1,3)", "(0,3]") and not answers_match(
+        "(1,2),(3,4)", "(1,4)"
+    )
+    assert not answers_match(r"(1, \infty)", r"[1, +\infty)") and not answers_match(
+        r"\emptyset", "0"
+    )
+
+
+def test_division_sign_spaced_fractions_and_ratios():
+    assert answers_match(r"1 \div 3", "1/3") and answers_match(r"\frac 1 3", r"\frac{1}{3}")
+    assert not answers_match(r"\frac 1 3", "1, 3") and not answers_match(r"6 \div 3", "3")
+    # a ratio is its quotient against a number; two ratios compare as written (3:45 is a time)
+    assert answers_match("3:4", r"\frac{3}{4}") and answers_match("2:1", "2")
+    assert answers_match("1:2", "0.5") and not answers_match("3:4", "4/3")
+    assert not answers_match("3:45", "1:15") and not answers_match("3:0", "0")
 
 
 def test_degrees_in_trigonometry_are_an_angle():
@@ -646,7 +700,7 @@ def test_graders_import_without_torch():
 
 def test_no_eval_or_exec_in_the_source():
     for name in ("verifiable.py", "extract.py", "exact.py", "matrices.py", "values.py", "trig.py",
-                 "decimals.py", "brackets.py", "units.py"):  # fmt: skip
+                 "decimals.py", "brackets.py", "units.py", "intervals.py", "named.py"):  # fmt: skip
         check_no_eval(ast.parse((ROOT / name).read_text()))
 
 
@@ -753,7 +807,19 @@ NASTY = [("", "\\", ""), ("", "1", "x"), ("", "a", "1"), ("", " ", "x"), ("\\fra
 
 
 def test_every_regex_is_linear_on_adversarial_text():
-    modules = (V, extract, exact, matrices, trig, values, brackets, decimals, units)
+    modules = (
+        V,
+        extract,
+        exact,
+        matrices,
+        trig,
+        values,
+        brackets,
+        decimals,
+        units,
+        intervals,
+        named,
+    )
     patterns = [v for m in modules for v in vars(m).values() if isinstance(v, re.Pattern)]
     patterns += [p for _, p, _ in V._BRACE_ARGS] + list(V._FOLD.values())
     assert len(patterns) >= 8
