@@ -61,6 +61,15 @@ def write_pairs(path, encoded, vocab_size, groups=None):
         np.savez(f, **arrays)
 
 
+def right_pad(rows, value=0, T=None):
+    """Rows of different lengths (1-D arrays or tensors of one dtype) as one (B, T) tensor, each
+    row from column 0 and `value` after it; T: the longest row's length unless given. The one
+    place a batch is padded: collate, pack_pairs and reward.pad_and_concat call it."""
+    rows = [torch.as_tensor(r) for r in rows]
+    out = pad_sequence(rows, batch_first=True, padding_value=value)  # (B, longest)
+    return out if T is None else F.pad(out, (0, T - out.size(1)), value=value)
+
+
 @dataclass
 class Batch:
     chosen: torch.Tensor  # (B, T) prompt + chosen response, right-padded
@@ -240,15 +249,6 @@ def pack_pairs(items, pad_id):
     n_packed = int((segments != PAD_SEGMENT).sum())
     ends = P + C - 1, P + C + R - 1  # (B,) each: the last token of each response
     return PackedBatch(tokens, segments, right_pad(positions), *ends, n_tokens, n_packed)
-
-
-def right_pad(rows, value=0, T=None):
-    """Rows of different lengths (1-D arrays or tensors of one dtype) as one (B, T) tensor, each
-    row from column 0 and `value` after it; T: the longest row's length unless given. The one
-    place a batch is padded: collate, pack_pairs and reward.pad_and_concat call it."""
-    rows = [torch.as_tensor(r) for r in rows]
-    out = pad_sequence(rows, batch_first=True, padding_value=value)  # (B, longest)
-    return out if T is None else F.pad(out, (0, T - out.size(1)), value=value)
 
 
 def packed_attention_mask(segments):
