@@ -581,7 +581,8 @@ def test_hand_written_completions_are_graded_right():
         equal = [v for v, r in zip(verdicts, part, strict=True) if r["equal"]]
         accepted = [r for v, r in zip(verdicts, part, strict=True) if v and not r["equal"]]
         assert sum(equal) >= 0.9 * len(equal), split
-        assert not accepted, accepted[:3]  # Math-Verify accepts 8 of these 127
+        shown = accepted[:3] if split == "dev" else [r.get("id") for r in accepted]  # ids only
+        assert not accepted, (split, shown)  # Math-Verify accepts 8 of these 127
 
 
 def test_corpus_of_real_and_issue_22_outputs():
@@ -595,8 +596,10 @@ def test_corpus_of_real_and_issue_22_outputs():
         verdicts = [V.math_reward(r["completion"], r["reference"]) == 1.0 for r in part]
         wrong = [r for v, r in zip(verdicts, part, strict=True) if v != r["equal"]]
         accepted = [r for r in wrong if not r["equal"]]
-        assert len(wrong) <= 0.02 * len(part), (split, wrong[:3])  # issue 22's target: 0.98
-        assert len(accepted) <= 3, (split, accepted)  # Math-Verify accepts 3 + 2 (dev, held-out)
+        # a failure names held-out rows by id only: their text must not steer the grader
+        shown = lambda rs, split=split: rs[:3] if split == "dev" else [r["id"] for r in rs]
+        assert len(wrong) <= 0.02 * len(part), (split, shown(wrong))  # issue 22's target: 0.98
+        assert len(accepted) <= 3, (split, shown(accepted))  # Math-Verify accepts 3 + 2
 
 
 def test_non_strings_and_overlong_answers_do_not_match():
