@@ -581,7 +581,7 @@ def test_hand_written_completions_are_graded_right():
         equal = [v for v, r in zip(verdicts, part, strict=True) if r["equal"]]
         accepted = [r for v, r in zip(verdicts, part, strict=True) if v and not r["equal"]]
         assert sum(equal) >= 0.9 * len(equal), split
-        shown = accepted[:3] if split == "dev" else [r.get("id") for r in accepted]  # ids only
+        shown = accepted[:3] if split == "dev" else [rows.index(r) for r in accepted]  # lines
         assert not accepted, (split, shown)  # Math-Verify accepts 8 of these 127
 
 
