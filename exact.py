@@ -12,20 +12,25 @@ the value side of a labelled answer ("(a,b)=(2,7)" -> "(2,7)"); same_set() lets 
 match its interval. verifiable.answers_match decides when to use them.
 
 What it deliberately does not do: no eval or exec, no floats (nothing is ever rounded), no
-factoring, no identity but i^2 = -1 and the trigonometric ones of trig.py (sums, multiples,
-k*pi/12, sin^2 + cos^2 = 1). A symbol is one letter or \\pi ("ab" is a word, not a*b).
-\\sin x, \\log_2 x, \\sqrt{x}, 10^{x} are opaque factors: they commute ("\\sin b\\cos a" ==
-"\\cos a\\sin b") but no logarithmic identity applies. Every step has a
-size limit below, so any str is handled in bounded time; past a limit the answer is compared
-as a string. It does not solve: "2x=8" is an equation, not the answer 4, and a relation is
-read only when one side is a name or it is linear in one symbol.
+factoring, no identity but i^2 = -1, the trigonometric ones of trig.py (sums, multiples,
+k*pi/12, sin^2 + cos^2 = 1) and the evaluations of constants in roots.py (8^{1/3} = 2,
+\\sqrt{3+2\\sqrt2} = 1+\\sqrt2), logs.py (\\log_2 8 = 3, \\ln 4 = 2\\ln 2, \\exp) and integers.py
+(floor, ceiling, \\binom, n!). A symbol is one letter or \\pi ("ab" is a word, not a*b).
+\\sin x, \\ln x, \\sqrt{x}, 10^{x} are opaque factors: they commute ("\\sin b\\cos a" ==
+"\\cos a\\sin b") but no identity of x applies. Every step has a size limit, so any str is
+handled in bounded time; past a limit the answer is compared as a string. It does not solve:
+"2x=8" is an equation, not the answer 4, and a relation is read only when one side is a name
+or it is linear in one symbol.
 """
 
 import re
 from fractions import Fraction
 
 from brackets import split_top, wraps  # noqa: F401 (re-exported: verifiable.py imports them)
-from intervals import union
+from integers import binomial, factorial, rounded
+from intervals import difference, union
+from logs import logarithm
+from roots import MAX_ROOT, power, square_root
 from trig import _INVERSE, _function, _pythagoras
 from values import (  # noqa: F401 (re-exported: matrices.py imports them from here)
     MAX_BITS,
@@ -56,7 +61,11 @@ _FRACTION = re.compile(r"(?<![0-9])([-+]?)([0-9]*)\\frac\{([0-9]+)\}\{([0-9]+)\}
 _FUNCTIONS = set(
     "\\sin \\cos \\tan \\cot \\sec \\csc \\ln \\log \\exp \\arcsin \\arccos \\arctan".split()
 )
-_STOPS = (None, "+", "-", ")", "}", "*", "/", "=", ",")  # what ends a function's argument
+_ROUNDING = {"\\lfloor": "\\rfloor", "\\lceil": "\\rceil"}
+_CLOSE = {"(": ")", "{": "}", "[": "]"}
+_CLOSERS = (None, "+", "-", ")", "}", "]", "\\rfloor", "\\rceil")  # what ends a product
+_LOGS = ("\\ln", "\\log", "\\exp")
+_STOPS = _CLOSERS + ("*", "/", "=", ",")  # what ends a function's argument
 
 
 class _Parser:
@@ -93,7 +102,7 @@ class _Parser:
 
     def product(self):
         value = self.power()
-        while self.peek() not in (None, "+", "-", ")", "}"):
+        while self.peek() not in _CLOSERS:
             if self.peek() == "/":
                 self.take()
                 value = _mul(value, _inverse(self.power()))
@@ -105,35 +114,18 @@ class _Parser:
 
     def power(self):
         base = self.atom()
+        while self.peek() == "!":  # 5!: integers.py ("the answer is 5!" is 5: extract.py)
+            self.take()
+            base = factorial(base)
         if self.peek() != "^":
             return base
         self.take()
-        exponent = self.atom()
-        if set(exponent) - {(1, ())} or _const(exponent).denominator != 1:
-            return _opaque("^", base, exponent)  # 10^{x}, 2^{1/3}
-        n = _const(exponent)
-        if abs(n) > MAX_EXPONENT:
-            raise _NoValue
-        n = int(n)
-        if n < 0:
-            base, n = _inverse(base), -n
-        if n * max(map(_bits, base.values()), default=0) > MAX_BITS or (
-            len(base) > 1 and n > MAX_TERMS
-        ):
-            raise _NoValue  # bound the size of the result before computing it
-        out = {(1, ()): 1}
-        while True:  # square and multiply; _mul refuses more than MAX_TERMS terms
-            if n & 1:
-                out = _mul(out, base)
-            n >>= 1
-            if not n:
-                return out
-            base = _mul(base, base)
+        return power(base, self.atom())  # 2^{10}, 8^{1/3}, x^{1/2}, 10^{x}: roots.py
 
     def argument(self):
         """What a function applies to: a bracketed group, else the factors up to the next
         operator or function (\\sin 2x is \\sin(2x); \\sin x\\cos y is two factors)."""
-        if self.peek() in ("(", "{"):
+        if self.peek() in _CLOSE:
             return self.atom()
         self.depth += 1
         if self.depth > MAX_DEPTH:
@@ -152,8 +144,8 @@ class _Parser:
 
     def atom(self):
         token = self.peek()
-        if token in ("(", "{"):
-            return self.group(token, ")" if token == "(" else "}")
+        if token in _CLOSE:  # (x), {x} and [x]: "\left[ x \right]" is x, as Math-Verify reads it
+            return self.group(token, _CLOSE[token])
         self.take()
         if token[0] in "0123456789.":
             mantissa, _, exponent = token.lower().partition("e")
@@ -173,15 +165,25 @@ class _Parser:
                 token, n = _INVERSE[token], 1
             if n not in range(1, 10):
                 raise _NoValue
+            if token in _LOGS:  # \log_2 8, \ln 4, \exp(x): logs.py
+                return logarithm(token, base, self.argument(), int(n))
             return _function(token, base, self.argument(), int(n))
         if token == "\\sqrt":
-            inside = self.group("{", "}")
-            if set(inside) - {(1, ())}:
-                return _opaque(token, inside)  # \sqrt{x}
-            c = _const(inside)
-            out, inside = _squarefree(abs(c.numerator) * c.denominator)
-            value = {(inside, ()): Fraction(out, c.denominator)} if c else {}
-            return _mul(value, {(1, (("i", 1),)): 1}) if c < 0 else value
+            if self.peek() == "[":  # \sqrt[3]{x} is x^{1/3}
+                self.take()
+                q = Fraction(_const(self.atom()))
+                self.take("]")
+                if q.denominator != 1 or not 2 <= q <= MAX_ROOT:
+                    raise _NoValue
+                return power(self.group("{", "}"), {(1, ()): 1 / q})
+            return square_root(self.group("{", "}"))  # exact, denested or opaque: roots.py
+        if token in _ROUNDING:  # \lfloor x \rfloor, \lceil x \rceil: integers.py
+            value = self.sum()
+            self.take(_ROUNDING[token])
+            return rounded(value, token == "\\lceil")
+        if token == "\\binom":
+            top = self.group("{", "}")
+            return binomial(top, self.group("{", "}"))
         if token == "\\pi" or (token.isascii() and token.isalpha() and len(token) == 1):
             return {(1, ((token, 1),)): 1}
         raise _NoValue  # words, unknown commands, "=", "_", "!", ...
@@ -337,6 +339,9 @@ def key(s, depth=0):
     """A hashable key; two answers match when their keys are equal."""
     if depth > MAX_DEPTH or not s:
         return ("str", s)
+    if "\\setminus" in s and len(split_top(s, "\\setminus")) == 2:  # intervals.py
+        left, right = split_top(s, "\\setminus")
+        return difference(key(left, depth + 1), key(right, depth + 1))
     parts = split_top(s, "\\cup") if "\\cup" in s else [s]
     if len(parts) > 1:  # order-free, finite sets joined, touching intervals merged
         return union([key(p, depth + 1) for p in parts])

@@ -125,6 +125,8 @@ def extract_answer_is(text, same=_literal):
         line = line + " " + below.split("\n\n", 1)[0].replace("\n", " ")
     rest = _SENTENCE_END.split(_uncurrency(line), 1)[0].replace("**", "")
     rest = rest.replace('\\"', '"').strip(" :")
+    if rest[-1:] == "!" and "$" not in rest and "\\" not in rest:  # "is 120!": a mark, not 120!
+        rest = rest[:-1]
     if rest[:1] == '"':  # 'the answer is "12 and 13".': the quotes are no part of it
         rest = rest.rstrip(".").strip('"')
     if rest[:2].isalpha() and " is " in rest:

@@ -54,3 +54,28 @@ def union(parts):
     if items:
         out.append(("set",) + tuple(sorted(items, key=repr)))
     return out[0] if len(out) == 1 else ("union",) + tuple(sorted(out, key=repr))
+
+
+def difference(a, b):
+    """The key of "A \\setminus B" for A an interval or a union of intervals with rational ends
+    and B a finite set of rational points ("(0,2) \\setminus \\{1\\}" is "(0,1) \\cup (1,2)",
+    "\\mathbb{R} \\setminus \\{0\\}" is "x \\ne 0"); any other difference is kept as written."""
+    spans = [_interval(k) for k in (a[1:] if a[0] == "union" else (a,))]
+    points = sorted(((_end(x), x) for x in b[1:]), key=repr) if b[0] == "set" else [(None, 0)]
+    if None in spans or any(p is None or p[0] for p, _ in points):  # p[0]: an infinite point
+        return ("minus", a, b)
+    pieces = []
+    for low, high, closed_low, closed_high, k in spans:
+        start, closed_start = k[3], closed_low
+        for p, point in sorted((p, x) for p, x in points if low <= p <= high):
+            if p == high:  # an end only opens
+                closed_high = False
+            elif p == low:
+                closed_start = False
+            else:
+                pieces.append(("seq", "[" if closed_start else "(", ")", start, point))
+                start, closed_start = point, False
+        pieces.append(
+            ("seq", "[" if closed_start else "(", "]" if closed_high else ")", start, k[4])
+        )
+    return union(pieces)

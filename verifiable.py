@@ -42,6 +42,9 @@ compare by cell; equations up to a factor. Policies (tests cover both sides of e
   variables in alphabetical order). A reference too long to be an answer is read like a response.
 - Case: words of 2+ letters ignore it ("\\text{Monday}" == "monday"), single letters do not
   ("B" != "b", "3R^2" != "3r^2"); Math-Verify lowercases every symbol. Dev cannot tell the two.
+- Functions of numbers take their value (roots.py, logs.py, integers.py): "8^{1/3}" == "2",
+  "\\log_2 8" == "3" ("\\log" alone is base 10, as in latex2sympy), "\\binom{5}{2}" == "10",
+  "5!" == "120" ("the answer is 3!" in plain text is 3: extract.py); "|-3|" is not read.
 What the algebra leaves out is listed in exact.py.
 
 VerifiableRewardModel decodes input_ids[b, start:end], end exclusive (ColossalChat's reward
@@ -81,6 +84,7 @@ _REWRITES = {  # what each group of commands becomes; relations become one chara
     "": "\\! \\, \\; \\: \\left \\right \\displaystyle \\% \\$ \\[ \\] \\( \\)",
     " ": "\\quad \\qquad",
     "\\frac": "\\dfrac \\tfrac \\cfrac",
+    "\\binom": "\\dbinom \\tbinom",
     "*": "\\cdot \\times",
     "\u00b0": "\\circ \\degree",
     "\u2264": "\\le \\leq \\leqslant",
@@ -94,6 +98,7 @@ _COMMAND_MAP = {c: to for to, commands in _REWRITES.items() for c in commands.sp
     "\\lt": "<",
     "\\div": "/",
     "\\varnothing": "\\emptyset",
+    "\\backslash": "\\setminus",
     "\\gt": ">",
     "\\approx": "\u2248",
 }
@@ -117,6 +122,7 @@ _SPACED_THOUSANDS = re.compile(r"[-+]?[0-9]{1,3}(?: [0-9]{3})+(?:\.[0-9]+)?")
 _BASE = re.compile(r"(?<![0-9A-Z])([0-9A-Z]+)_\{([0-9]+)\}")  # 4210_{5} after canonical()
 _OR_AND = re.compile(r"(?<!\s)\s+(?:or|and)\s+|(?<=\))or(?=\()")
 _FRAC_SPACED = re.compile(r"\\frac\s+([0-9a-zA-Z])\s+([0-9a-zA-Z])(?![0-9a-zA-Z])")
+_LOG_BASE = re.compile(r"\\log_([0-9]) *")  # "\log_2 8": the base is one digit, as in TeX
 _RATIO = re.compile(r"(?<![0-9.])([0-9]+(?:\.[0-9]+)?):([0-9]+(?:\.[0-9]+)?)")  # "3:4"
 # an angle in degrees right after a trigonometric function: "\sin 30^\circ" is \sin(30\pi/180)
 _TRIG_DEGREES = re.compile(
@@ -157,6 +163,8 @@ def canonical(answer):
                 "\\mathbb R", "(-\\infty,\\infty)"
             )
         s = _COMMAND.sub(lambda m: _COMMAND_MAP.get(m.group(), m.group()), s)
+        if "\\log_" in s:  # before spaces are read: "\log_2 8" is no list "2,8"
+            s = _LOG_BASE.sub(r"\\log_{\1}", s)
         s = s.replace("\u2983\u2984", "\\emptyset")  # "\\{\\}"
     if "\u2248" in s:  # "x = 1/3 \\approx 0.33" is 1/3; "x \\approx 11" is 11
         left, _, right = s.partition("\u2248")

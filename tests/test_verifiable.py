@@ -20,9 +20,12 @@ import brackets
 import decimals
 import exact
 import extract
+import integers
 import intervals
+import logs
 import matrices
 import named
+import roots
 import trig
 import units
 import values
@@ -311,7 +314,7 @@ DIFFERENT = [
     ("5m", "5"), ("2,500.75\u20ac", "2500.57"), ("1,000,00", "100000"),
     # opaque factors equal only themselves: no identity, no inverse function
     (r"\sin x", r"\sin y"), (r"\sin 2x", r"2\sin x"), (r"\sin x\cos y", r"\sin(x\cos y)"),
-    (r"\sin^{-1} x", r"\frac{1}{\sin x}"), (r"\sin^2 x - \cos^2 x", "1"), (r"2^{1/2}", r"\sqrt2"),
+    (r"\sin^{-1} x", r"\frac{1}{\sin x}"), (r"\sin^2 x - \cos^2 x", "1"), (r"2^{1/3}", r"\sqrt2"),
     (r"10^{\frac{\sqrt{13}-5}{6}}", r"10^{\frac{\sqrt{13}+5}{6}}"), (r"\ln x", r"\log x"),
 ]  # fmt: skip
 
@@ -371,6 +374,89 @@ def test_unions_intervals_and_the_real_line():
     assert not answers_match(r"(1, \infty)", r"[1, +\infty)") and not answers_match(
         r"\emptyset", "0"
     )
+
+
+def test_rational_powers_and_roots_of_numbers():
+    # sympy's values: a rational power of a number is exact when its root is; x^{1/2} is \sqrt x;
+    # \sqrt{a + b\sqrt r} denests when a^2 - b^2 r is a square; other roots stay themselves
+    assert answers_match("x^{1/2}", r"\sqrt{x}") and answers_match(r"x^{\frac{1}{2}}", r"\sqrt x")
+    assert answers_match("8^{1/3}", "2") and answers_match("4^{-1/2}", r"\frac{1}{2}")
+    assert answers_match("12^{1/2}", r"2\sqrt{3}") and answers_match("8^{2/3}", "4")
+    assert answers_match(r"\sqrt[3]{27}", "3") and answers_match(r"\sqrt[3]{16}", r"2\sqrt[3]{2}")
+    assert answers_match(r"\sqrt[3]{2}", "2^{1/3}") and answers_match("2^{0.5}", r"\sqrt2")
+    assert answers_match(r"\sqrt{3+2\sqrt{2}}", r"1+\sqrt{2}")
+    assert answers_match(r"\sqrt{2-\sqrt{3}}", r"\frac{\sqrt{6}-\sqrt{2}}{2}")
+    assert not answers_match("8^{1/3}", "3") and not answers_match(r"\sqrt[3]{2}", r"\sqrt{2}")
+    assert not answers_match(r"\sqrt[3]{-8}", "-2")  # sympy's principal cube root is complex
+    assert not answers_match(r"\sqrt{3+\sqrt{2}}", r"1+\sqrt{2}") and not answers_match(
+        "x^{1/3}", r"\sqrt{x}"
+    )
+    assert not answers_match(r"\sqrt{3-2\sqrt{2}}", r"1-\sqrt{2}")  # it is \sqrt2 - 1 > 0
+    assert answers_match(r"\sqrt{3-2\sqrt{2}}", r"\sqrt{2}-1")
+
+
+def test_logarithms_and_exponentials_of_exact_numbers():
+    # \ln of a positive rational is a sum of \ln p over its primes; \log_b x = \ln x / \ln b;
+    # \log alone is base 10 (latex2sympy, so Math-Verify); \exp(x) is e^x
+    assert answers_match(r"\log_2 8", "3") and answers_match(r"\log_{10} 1000", "3")
+    assert answers_match(r"\ln 4", r"2\ln 2") and answers_match(r"\ln e", "1")
+    assert answers_match(r"\log 100", "2") and answers_match(r"\ln(e^2)", "2")
+    assert answers_match(r"\ln 6", r"\ln 2 + \ln 3") and answers_match(r"\ln 1", "0")
+    assert answers_match(r"\log_2 3", r"\frac{\ln 3}{\ln 2}")
+    assert answers_match(r"\log_2 \frac{1}{2}", "-1") and answers_match(r"\log_{\sqrt2} 4", "4")
+    assert answers_match(r"\exp(x)", "e^{x}") and answers_match(r"\exp(2)", "e^2")
+    assert answers_match(r"\log x", r"\log_{10} x")
+    assert not answers_match(r"\log_2 9", "3") and not answers_match(r"\ln 4", r"\ln 2")
+    assert not answers_match(r"\log 100", r"\ln 100") and not answers_match(r"\ln 2", "2")
+    assert not answers_match(r"\exp(x)", "e^{2x}") and not answers_match(r"\log_2 3", r"\log_3 2")
+    assert not answers_match(r"\ln(-1)", "0") and not answers_match(r"\ln x", r"\log x")
+
+
+def test_floor_ceiling_binomials_and_factorials():
+    assert answers_match(r"\lfloor \sqrt{10} \rfloor", "3") and answers_match(
+        r"\lceil -\frac{7}{2} \rceil", "-3"
+    )
+    assert answers_match(r"\left\lfloor 3.7 \right\rfloor", "3") and answers_match(
+        r"\lfloor 1+\sqrt{2} \rfloor", "2"
+    )
+    assert answers_match(r"\lfloor -\sqrt{2} \rfloor", "-2") and answers_match(
+        r"\lceil \sqrt2 \rceil", "2"
+    )
+    assert answers_match(r"\binom{5}{2}", "10") and answers_match(r"\dbinom{10}{3}", "120")
+    assert answers_match(r"\frac{7!}{2!5!}", "21") and answers_match(r"3! \cdot 2", "12")
+    assert not answers_match(r"\lfloor 3.7 \rfloor", "4") and not answers_match(
+        r"\lceil \sqrt2 \rceil", "1"
+    )
+    assert not answers_match(r"\lfloor x \rfloor", "x") and not answers_match(r"\binom{5}{2}", "5")
+    assert not answers_match(r"\binom{n}{2}", r"\binom{n}{3}")
+    assert answers_match("5!", "120") and answers_match("0!", "1")
+    assert V.math_reward(r"\boxed{5!}", "120") == 1.0 and not answers_match("3!", "3")
+    # in plain text a final "!" ends the sentence: "the answer is 3!" answers 3, not 6
+    assert extract_answer("The answer is 3!") == "3" and extract_answer("answer: $3!$") == "$3!$"
+    assert not answers_match("x!=5", "x=5")
+    # no absolute values: "|-3|" stays as written (read as a number, it made a false positive)
+    assert not answers_match("|-3|", "3") and answers_match("|x|", "|x|")
+
+
+def test_left_right_brackets_around_one_value_group_it():
+    # "\left[ x \right]" is x, as Math-Verify reads it; with a comma it is an interval
+    assert answers_match(r"\left[ 5 \right]", "5") and answers_match(r"\left[ x+1 \right]", "x+1")
+    assert answers_match("2[x+1]", "2x+2") and answers_match(r"\left[ 1, 2 \right]", "[1,2]")
+    assert not answers_match("[1,2]", "(1,2)") and not answers_match(r"\left[ 5 \right]", "6")
+
+
+def test_set_difference_of_intervals_and_points():
+    assert answers_match(r"(0,2)\setminus\{1\}", r"(0,1)\cup(1,2)")
+    assert answers_match(r"\mathbb{R}\setminus\{0\}", r"x \neq 0")
+    assert answers_match(r"\mathbb{R} \backslash \{0\}", r"(-\infty,0)\cup(0,\infty)")
+    assert answers_match(r"[0,2]\setminus\{0,2\}", "(0,2)") and answers_match(
+        r"[0,3]\setminus\{1,2\}", r"[0,1)\cup(1,2)\cup(2,3]"
+    )
+    assert answers_match(r"(0,2)\setminus\{5\}", "(0,2)")
+    assert not answers_match(r"(0,2)\setminus\{1\}", "(0,2)") and not answers_match(
+        r"\mathbb{R}\setminus\{1\}", r"x \neq 0"
+    )
+    assert not answers_match(r"[0,2]\setminus\{2\}", "[0,2]")
 
 
 def test_division_sign_spaced_fractions_and_ratios():
@@ -582,7 +668,8 @@ def test_hand_written_completions_are_graded_right():
         accepted = [r for v, r in zip(verdicts, part, strict=True) if v and not r["equal"]]
         assert sum(equal) >= 0.9 * len(equal), split
         shown = accepted[:3] if split == "dev" else [rows.index(r) for r in accepted]  # lines
-        assert not accepted, (split, shown)  # Math-Verify accepts 8 of these 127
+        n_accepted = len(accepted)  # a count: pytest would print a list's rows on failure
+        assert n_accepted == 0, (split, shown)  # Math-Verify accepts 8 of these 127
 
 
 def test_corpus_of_real_and_issue_22_outputs():
@@ -598,8 +685,10 @@ def test_corpus_of_real_and_issue_22_outputs():
         accepted = [r for r in wrong if not r["equal"]]
         # a failure names held-out rows by id only: their text must not steer the grader
         shown = lambda rs, split=split: rs[:3] if split == "dev" else [r["id"] for r in rs]
-        assert len(wrong) <= 0.02 * len(part), (split, shown(wrong))  # issue 22's target: 0.98
-        assert len(accepted) <= 3, (split, shown(accepted))  # Math-Verify accepts 3 + 2
+        # counts only in the assertions: pytest prints the value of each name in a failing one
+        n_wrong, n_accepted, n = len(wrong), len(accepted), len(part)
+        assert n_wrong <= 0.02 * n, (split, shown(wrong))  # issue 22's target: 0.98
+        assert n_accepted <= 3, (split, shown(accepted))  # Math-Verify accepts 3 + 2
 
 
 def test_non_strings_and_overlong_answers_do_not_match():
@@ -703,7 +792,8 @@ def test_graders_import_without_torch():
 
 def test_no_eval_or_exec_in_the_source():
     for name in ("verifiable.py", "extract.py", "exact.py", "matrices.py", "values.py", "trig.py",
-                 "decimals.py", "brackets.py", "units.py", "intervals.py", "named.py"):  # fmt: skip
+                 "decimals.py", "brackets.py", "units.py", "intervals.py", "named.py", "roots.py",
+                 "logs.py", "integers.py"):  # fmt: skip
         check_no_eval(ast.parse((ROOT / name).read_text()))
 
 
@@ -822,6 +912,9 @@ def test_every_regex_is_linear_on_adversarial_text():
         units,
         intervals,
         named,
+        roots,
+        logs,
+        integers,
     )
     patterns = [v for m in modules for v in vars(m).values() if isinstance(v, re.Pattern)]
     patterns += [p for _, p, _ in V._BRACE_ARGS] + list(V._FOLD.values())
