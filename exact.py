@@ -15,7 +15,8 @@ What it deliberately does not do: no eval or exec, no floats (nothing is ever ro
 factoring, no identity but i^2 = -1, the trigonometric ones of trig.py (sums, multiples,
 k*pi/12, sin^2 + cos^2 = 1) and the evaluations of constants in roots.py (8^{1/3} = 2,
 \\sqrt{3+2\\sqrt2} = 1+\\sqrt2), logs.py (\\log_2 8 = 3, \\ln 4 = 2\\ln 2, \\exp) and integers.py
-(floor, ceiling, \\binom, n!). A symbol is one letter or \\pi ("ab" is a word, not a*b).
+(floor, ceiling, \\binom, n!); a sum in a denominator is rationalized (1/(1+\\sqrt2)) or
+one opaque factor (values._reciprocal). A symbol is one letter or \\pi ("ab" is a word, not a*b).
 \\sin x, \\ln x, \\sqrt{x}, 10^{x} are opaque factors: they commute ("\\sin b\\cos a" ==
 "\\cos a\\sin b") but no identity of x applies. Every step has a size limit, so any str is
 handled in bounded time; past a limit the answer is compared as a string. It does not solve:
@@ -44,6 +45,7 @@ from values import (  # noqa: F401 (re-exported: matrices.py imports them from h
     _mul,
     _NoValue,
     _opaque,
+    _reciprocal,
     _squarefree,
 )
 
@@ -105,7 +107,7 @@ class _Parser:
         while self.peek() not in _CLOSERS:
             if self.peek() == "/":
                 self.take()
-                value = _mul(value, _inverse(self.power()))
+                value = _mul(value, _reciprocal(self.power()))
                 continue
             if self.peek() == "*":
                 self.take()
@@ -157,7 +159,7 @@ class _Parser:
             return {(1, ()): value} if value else {}
         if token == "\\frac":
             numerator = self.group("{", "}")
-            return _mul(numerator, _inverse(self.group("{", "}")))
+            return _mul(numerator, _reciprocal(self.group("{", "}")))
         if token in _FUNCTIONS:  # \sin x, \cos^2(2x), \log_2 8; \sin^{-1} x is refused
             base = self.atom() if self.peek() == "_" and self.take() else {}
             n = _const(self.atom()) if self.peek() == "^" and self.take() else 1

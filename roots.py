@@ -18,10 +18,10 @@ from values import (
     MAX_TERMS,
     _bits,
     _const,
-    _inverse,
     _mul,
     _NoValue,
     _opaque,
+    _reciprocal,
     _squarefree,
 )
 
@@ -108,7 +108,7 @@ def integer_power(base, n):
     if abs(n) > MAX_EXPONENT:
         raise _NoValue
     if n < 0:
-        base, n = _inverse(base), -n
+        base, n = _reciprocal(base), -n
     if n * max(map(_bits, base.values()), default=0) > MAX_BITS or (
         len(base) > 1 and n > MAX_TERMS
     ):

@@ -90,3 +90,24 @@ def _frozen(value):
     """A value as a sorted tuple; integral coefficients as int so that equal keys also have
     equal repr (multisets sort by repr)."""
     return tuple(sorted((t, int(c) if c.denominator == 1 else c) for t, c in value.items() if c))
+
+
+def _reciprocal(x):
+    """1 / x for any value: _inverse for one term; for a two-term a + b whose a^2 - b^2 is one
+    term (1 + \\sqrt2, 3 + 4i, \\sqrt3 + \\sqrt2) the conjugate over it, as sympy rationalizes;
+    any other sum an opaque factor "1/(x / lead)" over lead, its largest term's coefficient, so
+    1/(2x+2) == (1/2) / (x+1) and (x-1)^{-1} == 1/(x-1). Nothing is cancelled: (x+1)/(x+1)
+    stays itself."""
+    if len(x) <= 1:
+        return _inverse(x)  # (refuses 1/0)
+    if len(x) == 2:
+        (a, ca), (b, cb) = sorted(x.items())
+        norm = _mul({a: ca}, {a: ca})
+        for t, c in _mul({b: cb}, {b: cb}).items():
+            norm[t] = norm.get(t, 0) - c
+        norm = {t: c for t, c in norm.items() if c}
+        if len(norm) == 1:
+            return _mul({a: ca, b: -cb}, _inverse(norm))
+    lead = Fraction(x[max(x)])
+    scaled = {t: Fraction(c) / lead for t, c in x.items()}
+    return _mul({(1, ()): 1 / lead}, _opaque("1/", scaled))

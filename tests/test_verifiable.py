@@ -395,6 +395,24 @@ def test_rational_powers_and_roots_of_numbers():
     assert answers_match(r"\sqrt{3-2\sqrt{2}}", r"\sqrt{2}-1")
 
 
+def test_reciprocals_of_sums_rationalize_or_stay_one_factor():
+    # 1/(a+b) with a^2 - b^2 one term is its conjugate over that (sympy's radsimp); any other
+    # sum is one opaque factor, scaled so that 2/(2x+2) == 1/(x+1); nothing cancels
+    assert answers_match(r"\frac{1}{\sqrt{2}+1}", r"\sqrt{2}-1")
+    assert answers_match(r"\frac{1}{2-\sqrt{3}}", r"2+\sqrt{3}")
+    assert answers_match(r"\frac{1}{\sqrt{3}+\sqrt{2}}", r"\sqrt{3}-\sqrt{2}")
+    assert answers_match(r"\frac{1}{1+i}", r"\frac{1-i}{2}")  # i^2 = -1, as before
+    assert answers_match(r"\frac{2}{x+1}", r"\frac{4}{2x+2}") and answers_match(
+        "(x-1)^{-1}", r"\frac{1}{x-1}"
+    )
+    assert answers_match(r"\frac{1}{x+1}", r"\frac{1}{1+x}")
+    assert not answers_match(r"\frac{1}{x+1}", r"\frac{1}{x-1}") and not answers_match(
+        r"\frac{2}{x+1}", r"\frac{2}{x+2}"
+    )
+    assert not answers_match(r"\frac{1}{\sqrt{2}+1}", r"\sqrt{2}+1")
+    assert not answers_match(r"\frac{x+1}{x+1}", "1") and not answers_match(r"\frac{1}{0}", "0")
+
+
 def test_logarithms_and_exponentials_of_exact_numbers():
     # \ln of a positive rational is a sum of \ln p over its primes; \log_b x = \ln x / \ln b;
     # \log alone is base 10 (latex2sympy, so Math-Verify); \exp(x) is e^x
