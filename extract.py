@@ -125,8 +125,6 @@ def extract_answer_is(text, same=_literal):
         line = line + " " + below.split("\n\n", 1)[0].replace("\n", " ")
     rest = _SENTENCE_END.split(_uncurrency(line), 1)[0].replace("**", "")
     rest = rest.replace('\\"', '"').strip(" :")
-    if rest[-1:] == "!" and "$" not in rest and "\\" not in rest:  # "is 120!": a mark, not 120!
-        rest = rest[:-1]
     if rest[:1] == '"':  # 'the answer is "12 and 13".': the quotes are no part of it
         rest = rest.rstrip(".").strip('"')
     if rest[:2].isalpha() and " is " in rest:
@@ -165,8 +163,12 @@ def _uncurrency(s):
 _SENTENCE_END = re.compile(r"(?<=[.!?])(?:\$\$|\\\])?\s+(?=\S)|。|\n")  # "... 2.$$ Thus"
 _MATH_SPAN = re.compile(r"\$\$([^$]+)\$\$|\$([^$]+)\$|\\\[(.+?)\\\]|\\\((.+?)\\\)", re.S)
 # a number after "=", "is", ":" ...; taken only when no other number follows it
-_STATES = r"(?:=|\b(?:is|are|be|equals|was|makes?|gets?|gives?|of|[Aa]nswer)\b|'s\b|:)"
-_STATED = re.compile(_STATES + r"\s*([-+]?[0-9][0-9,]*(?:\.[0-9]+)?)")
+_STATES = (
+    r"(?:=|\b(?:is|are|be|equals|was|makes?|gets?|gives?|of|[Aa]nswer|approximately)\b|'s\b|:)"
+)
+_STATED = re.compile(  # "is 1 000 dollars": thousands spaced, as canonical() reads "1 000"
+    _STATES + r"\s*([-+]?(?:[0-9]{1,3}(?: [0-9]{3})+(?![0-9])|[0-9][0-9,]*)(?:\.[0-9]+)?)"
+)
 # "... is $x$" and "Matrix with fractions: $M$" state x and M; "Simplify: $x$" does not
 _STATES_END = re.compile(r"(?:[=:]|\b(?:is|are|be|equals|was|gives?|of|[Aa]nswer)\b)[^0-9]{0,40}$")
 _IMPERATIVE = re.compile(
@@ -189,6 +191,8 @@ def _value_of(s):
     math spans), else its last math span, else the number after its last "=" or "is" when no
     number follows it: "Angle A is 36 degrees" -> "36", "18 dollars, as 9 * 2 = 18" -> "18"."""
     s = s.strip().rstrip(".").strip()
+    if s[-1:] == "!" and "$" not in s and "\\" not in s:  # "is 120!": a mark, not 120!
+        s = s[:-1]
     if _UNITS_ONLY.fullmatch(s):  # "28 percent", "15 cups of feed"
         return s
     spans = list(_MATH_SPAN.finditer(s))

@@ -169,6 +169,7 @@ def canonical(answer):
     if "\u2248" in s:  # "x = 1/3 \\approx 0.33" is 1/3; "x \\approx 11" is 11
         left, _, right = s.partition("\u2248")
         s = left if "=" in left or any(c.isdigit() for c in left) else left + "=" + right
+        s = right if not left.strip() else s  # "\\approx 42" is 42
     if "infty" in s or "infinity" in s:  # "(1, +\\infty)" is "(1, \\infty)"
         s = s.replace("+\\infty", "\\infty").replace("infinity", "\\infty")
     if "\u00b0" in s and "\\" in s:  # degrees in trigonometry are an angle; elsewhere they go

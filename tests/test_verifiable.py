@@ -208,6 +208,18 @@ def test_policy_a_decimal_of_six_places_rounds_as_in_math_verify():
         assert not answers_match(a, b) and not answers_match(b, a), (a, b)
 
 
+def test_plain_text_spaced_thousands_approximately_and_a_final_mark():
+    # "is 1 000 dollars" states 1000 (canonical reads "1 000" so); "approximately 42" and
+    # "\\approx 42" state 42; a final "!" after plain text ends the sentence (no factorial)
+    assert extract_answer("The total is 1 000 dollars") == "1 000"
+    assert V.math_reward("The total is 1 000 dollars", "1000") == 1.0
+    assert extract_answer("The total is 1 0000 dollars") is None
+    assert V.math_reward("It is approximately 42", "42") == 1.0
+    assert answers_match(r"\approx 42", "42") and not answers_match(r"\approx 42", "41")
+    assert V.math_reward("42!", "42") == 1.0 and V.math_reward(r"\boxed{3!}", "6") == 1.0
+    assert V.math_reward("The answer is 3!", "6") == 0.0
+
+
 def test_a_colon_states_unless_the_sentence_is_an_instruction():
     text = r"Matrix with fractions: $\begin{pmatrix} \frac12 & 1 \\ 2 & 3 \end{pmatrix}$"
     assert V.math_reward(text, r"\begin{pmatrix} 0.5 & 1 \\ 2 & 3 \end{pmatrix}") == 1.0
