@@ -16,7 +16,8 @@ factoring, no identity but i^2 = -1, the trigonometric ones of trig.py (sums, mu
 k*pi/12, sin^2 + cos^2 = 1) and the evaluations of constants in roots.py (8^{1/3} = 2,
 \\sqrt{3+2\\sqrt2} = 1+\\sqrt2), logs.py (\\log_2 8 = 3, \\ln 4 = 2\\ln 2, \\exp) and integers.py
 (floor, ceiling, \\binom, n!); a sum in a denominator is rationalized (1/(1+\\sqrt2)) or
-one opaque factor (values._reciprocal). A symbol is one letter or \\pi ("ab" is a word, not a*b).
+one opaque factor (values._reciprocal). A symbol is one letter or \\pi: "ab" alone is a word, but
+a run of 2-3 letters in algebra (digits or + - * / ^ about) is a product: "2ab" == "2ba".
 \\sin x, \\ln x, \\sqrt{x}, 10^{x} are opaque factors: they commute ("\\sin b\\cos a" ==
 "\\cos a\\sin b") but no identity of x applies. Every step has a size limit, so any str is
 handled in bounded time; past a limit the answer is compared as a string. It does not solve:
@@ -56,6 +57,8 @@ _TOKEN = re.compile(
     r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|\\[a-zA-Z]+|[a-zA-Z]+|\S"
 )
 _NUMBER = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
+_ALGEBRA = re.compile(r"[-+*/^0-9]")
+_SHORT = re.compile(r"[a-zA-Z]{2,3}")  # a run of 2-3 letters in algebra: a product
 _FRACTION = re.compile(r"(?<![0-9])([-+]?)([0-9]*)\\frac\{([0-9]+)\}\{([0-9]+)\}")
 
 
@@ -75,6 +78,8 @@ class _Parser:
 
     def __init__(self, text):
         self.tokens, self.i, self.depth = _TOKEN.findall(text), 0, 0
+        if _ALGEBRA.search(text):  # "2ab", "a^2+ab": products of letters; "odd" alone a word
+            self.tokens = [c for t in self.tokens for c in (t if _SHORT.fullmatch(t) else [t])]
 
     def peek(self):
         return self.tokens[self.i] if self.i < len(self.tokens) else None

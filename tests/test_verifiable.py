@@ -425,6 +425,14 @@ def test_reciprocals_of_sums_rationalize_or_stay_one_factor():
     assert not answers_match(r"\frac{x+1}{x+1}", "1") and not answers_match(r"\frac{1}{0}", "0")
 
 
+def test_letters_run_together_in_algebra_are_a_product():
+    # Math-Verify reads "ab" as a*b; nanoRM only inside algebra, so a word stays a word
+    assert answers_match("a^2 b", "b a^2") and answers_match("(a+b)^2", "a^2+2ab+b^2")
+    assert answers_match("2xy", "2yx") and answers_match("abc+1", "cba+1")
+    assert not answers_match("ab", "ba") and not answers_match(r"\text{odd}", "dod")
+    assert not answers_match("AB", "BA") and not answers_match("mn^2", "nm^2")
+
+
 def test_logarithms_and_exponentials_of_exact_numbers():
     # \ln of a positive rational is a sum of \ln p over its primes; \log_b x = \ln x / \ln b;
     # \log alone is base 10 (latex2sympy, so Math-Verify); \exp(x) is e^x
