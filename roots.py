@@ -2,11 +2,12 @@
 Powers and roots of exact values (values.py), for exact.py's "^" and \\sqrt, as sympy
 evaluates them: integer powers expand; a rational power of a rational number is exact when
 the root is (8^{1/3} is 2, 4^{-1/2} is 1/2, 12^{1/2} is 2\\sqrt3, \\sqrt[3]{16} is
-2\\sqrt[3]{2}); x^{1/2} is \\sqrt{x}; and a square root of a + b\\sqrt r denests by the one
-exact rule, sqrt(a + b sqrt r) = sqrt((a+d)/2) + sgn(b) sqrt((a-d)/2) when d^2 = a^2 - b^2 r
-is a rational square (\\sqrt{3+2\\sqrt2} is 1+\\sqrt2). A root that is not exact is an opaque
-factor named by its base and 1/q, so \\sqrt[3]{2} == 2^{1/3} and equals nothing else; odd
-roots of negative numbers stay opaque (sympy's principal root is complex).
+2\\sqrt[3]{2}); x^{1/2} is \\sqrt{x} and x^{3/2} is x\\sqrt{x}; and a square root of
+a + b\\sqrt r denests by the one exact rule, sqrt(a + b sqrt r) = sqrt((a+d)/2) +
+sgn(b) sqrt((a-d)/2) when d^2 = a^2 - b^2 r is a rational square (\\sqrt{3+2\\sqrt2} is
+1+\\sqrt2). A root that is not exact is an opaque factor named by its base and 1/q, so
+\\sqrt[3]{2} == 2^{1/3} and equals nothing else; odd roots of negative numbers stay opaque
+(sympy's principal root is complex).
 """
 
 from fractions import Fraction
@@ -134,4 +135,9 @@ def power(base, exponent):
     if e.denominator == 1:
         return integer_power(base, int(e))
     root = _root(base, e.denominator) if e.denominator <= MAX_ROOT else None
-    return _opaque("^", base, exponent) if root is None else integer_power(root, e.numerator)
+    if root is None:
+        return _opaque("^", base, exponent)
+    if e.denominator == 2 and any(syms for _, syms in base):  # x^{3/2} is x \\sqrt{x}
+        whole = _mul(integer_power(base, (abs(e.numerator) - 1) // 2), root)
+        return whole if e > 0 else _reciprocal(whole)
+    return integer_power(root, e.numerator)

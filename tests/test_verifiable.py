@@ -405,6 +405,10 @@ def test_rational_powers_and_roots_of_numbers():
     )
     assert not answers_match(r"\sqrt{3-2\sqrt{2}}", r"1-\sqrt{2}")  # it is \sqrt2 - 1 > 0
     assert answers_match(r"\sqrt{3-2\sqrt{2}}", r"\sqrt{2}-1")
+    assert answers_match("x^{3/2}", r"x\sqrt{x}") and answers_match(
+        "x^{-1/2}", r"\frac{1}{\sqrt{x}}"
+    )
+    assert not answers_match("x^{3/2}", r"\sqrt{x}") and not answers_match("x^{5/2}", r"x\sqrt{x}")
 
 
 def test_reciprocals_of_sums_rationalize_or_stay_one_factor():
