@@ -32,6 +32,7 @@ from brackets import split_top, wraps  # noqa: F401 (re-exported: verifiable.py 
 from integers import binomial, factorial, rounded
 from intervals import difference, union
 from logs import logarithm
+from polynomials import quotient
 from roots import MAX_ROOT, power, square_root
 from trig import _INVERSE, _function, _pythagoras
 from values import (  # noqa: F401 (re-exported: matrices.py imports them from here)
@@ -112,7 +113,7 @@ class _Parser:
         while self.peek() not in _CLOSERS:
             if self.peek() == "/":
                 self.take()
-                value = _mul(value, _reciprocal(self.power()))
+                value = quotient(value, self.power())
                 continue
             if self.peek() == "*":
                 self.take()
@@ -164,7 +165,7 @@ class _Parser:
             return {(1, ()): value} if value else {}
         if token == "\\frac":
             numerator = self.group("{", "}")
-            return _mul(numerator, _reciprocal(self.group("{", "}")))
+            return quotient(numerator, self.group("{", "}"))  # polynomials.py
         if token in _FUNCTIONS:  # \sin x, \cos^2(2x), \log_2 8; \sin^{-1} x is refused
             base = self.atom() if self.peek() == "_" and self.take() else {}
             n = _const(self.atom()) if self.peek() == "^" and self.take() else 1

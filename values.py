@@ -96,8 +96,8 @@ def _reciprocal(x):
     """1 / x for any value: _inverse for one term; for a two-term a + b whose a^2 - b^2 is one
     term (1 + \\sqrt2, 3 + 4i, \\sqrt3 + \\sqrt2) the conjugate over it, as sympy rationalizes;
     any other sum an opaque factor "1/(x / lead)" over lead, its largest term's coefficient, so
-    1/(2x+2) == (1/2) / (x+1) and (x-1)^{-1} == 1/(x-1). Nothing is cancelled: (x+1)/(x+1)
-    stays itself."""
+    1/(2x+2) == (1/2) / (x+1) and (x-1)^{-1} == 1/(x-1). It cancels nothing: polynomials.py
+    does, for a quotient in one symbol."""
     if len(x) <= 1:
         return _inverse(x)  # (refuses 1/0)
     if len(x) == 2:

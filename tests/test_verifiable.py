@@ -413,7 +413,7 @@ def test_rational_powers_and_roots_of_numbers():
 
 def test_reciprocals_of_sums_rationalize_or_stay_one_factor():
     # 1/(a+b) with a^2 - b^2 one term is its conjugate over that (sympy's radsimp); any other
-    # sum is one opaque factor, scaled so that 2/(2x+2) == 1/(x+1); nothing cancels
+    # sum is one opaque factor, scaled so that 2/(2x+2) == 1/(x+1)
     assert answers_match(r"\frac{1}{\sqrt{2}+1}", r"\sqrt{2}-1")
     assert answers_match(r"\frac{1}{2-\sqrt{3}}", r"2+\sqrt{3}")
     assert answers_match(r"\frac{1}{\sqrt{3}+\sqrt{2}}", r"\sqrt{3}-\sqrt{2}")
@@ -426,7 +426,18 @@ def test_reciprocals_of_sums_rationalize_or_stay_one_factor():
         r"\frac{2}{x+1}", r"\frac{2}{x+2}"
     )
     assert not answers_match(r"\frac{1}{\sqrt{2}+1}", r"\sqrt{2}+1")
-    assert not answers_match(r"\frac{x+1}{x+1}", "1") and not answers_match(r"\frac{1}{0}", "0")
+    assert not answers_match(r"\frac{1}{0}", "0") and not answers_match(r"\frac{x}{0}", "0")
+
+
+def test_quotients_of_polynomials_in_one_symbol_cancel():
+    assert answers_match(r"\frac{x^2-1}{x-1}", "x+1") and answers_match(r"\frac{x+1}{x+1}", "1")
+    assert answers_match(r"\frac{2x+2}{x^2-1}", r"\frac{2}{x-1}")
+    assert answers_match(r"\frac{x^2-2x+1}{x^2-1}", r"\frac{x-1}{x+1}")
+    assert answers_match(r"\frac{x^3-1}{x-1}", "x^2+x+1") and answers_match("(x^2-4)/(x+2)", "x-2")
+    assert not answers_match(r"\frac{x^2+1}{x-1}", "x+1") and not answers_match(
+        r"\frac{x^2-1}{x-1}", "x-1"
+    )
+    assert not answers_match(r"\frac{x^2-y^2}{x-y}", "x+y")  # two symbols: not divided
 
 
 def test_letters_run_together_in_algebra_are_a_product():
@@ -835,7 +846,7 @@ def test_graders_import_without_torch():
 def test_no_eval_or_exec_in_the_source():
     for name in ("verifiable.py", "extract.py", "exact.py", "matrices.py", "values.py", "trig.py",
                  "decimals.py", "brackets.py", "units.py", "intervals.py", "named.py", "roots.py",
-                 "logs.py", "integers.py"):  # fmt: skip
+                 "logs.py", "integers.py", "polynomials.py"):  # fmt: skip
         check_no_eval(ast.parse((ROOT / name).read_text()))
 
 
