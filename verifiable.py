@@ -176,6 +176,8 @@ def canonical(answer):
         s = _TRIG_DEGREES.sub(r"\1(\2\\pi/180)", s)
     s = s.replace("$", "").replace("%", "").replace("^{\u00b0}", "").replace("^\u00b0", "")
     s = s.replace("\u00b0", "").strip().rstrip(".").strip()
+    if s[:2] == "**" and s[-2:] == "**" and len(s) > 4:  # markdown bold: "**6**"
+        s = s[2:-2].strip()
     if "=" in s:
         s = s.replace("<=", "\u2264").replace(">=", "\u2265").replace("!=", "\u2260")
     if " " in s or ")or(" in s:

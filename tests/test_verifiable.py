@@ -218,6 +218,7 @@ def test_plain_text_spaced_thousands_approximately_and_a_final_mark():
     assert answers_match(r"\approx 42", "42") and not answers_match(r"\approx 42", "41")
     assert V.math_reward("42!", "42") == 1.0 and V.math_reward(r"\boxed{3!}", "6") == 1.0
     assert V.math_reward("The answer is 3!", "6") == 0.0
+    assert V.math_reward("**6**", "6") == 1.0 and not answers_match("2**3", "23")  # bold
 
 
 def test_a_colon_states_unless_the_sentence_is_an_instruction():
