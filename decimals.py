@@ -10,7 +10,7 @@ value):
   wrong: 3/4 is exactly 0.75.
 - Math-Verify's (its default float_rounding=6), the switch SIX_PLACES: a number of 6+ places in
   a and b rounded to 6 places agree, b a constant with no exact decimal as long as a's:
-  radicals, pi, a rational such as 2/3 (0.6666667 and 0.666667 for 2/3, 3.141593 for pi,
+  radicals, pi, e, logarithms, a rational such as 2/3 (0.6666667 and 0.666667 for 2/3, 3.141593 for pi,
   1.414214 for sqrt 2). A b that is such a decimal, or an integer, is compared exactly:
   Math-Verify equates 2.5000001 with 2.5 and the MATH answer 0.0000672 with 0.0000673 (both
   0.000067), nanoRM does not; 0.0000001 is not 0 in either.
@@ -18,7 +18,18 @@ value):
 """
 
 import math
+import re
 from fractions import Fraction
+
+_CONSTANTS = {"\\pi": math.pi, "e": math.e}
+_LN_PRIME = re.compile(r"\\ln\(\(\), \(\(\(1, \(\)\), ([0-9]{1,30})\),\)\)")  # logs.py's \ln p
+
+
+def _ln_prime(name):
+    """ln p as a float for logs.py's factor \\ln p, else None."""
+    m = _LN_PRIME.fullmatch(name)
+    return math.log(int(m[1])) if m else None
+
 
 SIX_PLACES = True  # policy: Math-Verify's rounding to 6 places, besides nanoRM's rule
 PLACES = 6
@@ -64,14 +75,17 @@ def _six_places(d, frozen):
     if x is not None:  # and, as above, only a value with no exact decimal as long as d's
         return (x * 10**places).denominator != 1 and _round(d) == _round(x)
     total = 0.0
-    for (radicand, symbols), coef in frozen:  # coef * sqrt(radicand) * pi^k
-        if any(name != "\\pi" for name, _ in symbols) or not -40 < sum(p for _, p in symbols) < 40:
+    for (radicand, symbols), coef in frozen:  # coef * sqrt(radicand) * pi^k e^j (ln p)^m
+        values = [_CONSTANTS.get(name) or _ln_prime(name) for name, _ in symbols]
+        if None in values or not all(-40 < p < 40 for _, p in symbols):
             return False
-        power = sum(p for _, p in symbols)
         try:
-            total += float(coef) * math.sqrt(radicand) * math.pi**power
+            term = float(coef) * math.sqrt(radicand)
+            for value, (_, p) in zip(values, symbols, strict=True):
+                term *= value**p
         except OverflowError:
             return False
+        total += term
     if not abs(total) < 1e8:  # a float's 16 digits hold 6 places below 10^8 (and not nan)
         return False
     return _round(d) == _round(total)

@@ -197,11 +197,13 @@ def test_policy_a_decimal_of_six_places_rounds_as_in_math_verify():
     # decimals.SIX_PLACES: both sides rounded to 6 places agree (Math-Verify's float_rounding)
     same = [("0.3333333", "1/3"), ("0.666667", r"\frac23"), ("3.141593", r"\pi"),
             ("6.283185", r"2\pi"), ("1.414214", r"\sqrt2"), ("1.4142136", r"\sqrt{2}"),
-            ("0.3333334", "1/3"), ("0.785398", r"\frac{\pi}{4}")]  # fmt: skip
+            ("0.3333334", "1/3"), ("0.785398", r"\frac{\pi}{4}"), ("2.718282", "e"),
+            ("0.693147", r"\ln 2"), ("1.584963", r"\log_2 3")]  # fmt: skip
     different = [("3.14159", r"\pi"), ("1.41421", r"\sqrt2"), ("3.141592", r"\pi"),
                  ("1.0000001", "1"), ("0.0000001", "0"), ("2.000001", "2"), ("0.666668", r"\frac23"),
                  ("2.5000001", "2.5"), ("0.1234567", "0.1234568"), (".0000672", ".0000673"),
-                 ("3.141593", r"-\pi"), ("1.414214", r"\sqrt3"), ("0.785398", r"\frac{\pi}{3}")]  # fmt: skip
+                 ("3.141593", r"-\pi"), ("1.414214", r"\sqrt3"), ("0.785398", r"\frac{\pi}{3}"),
+                 ("2.71828", "e"), ("0.693148", r"\ln 2"), ("0.693147", r"\ln x")]  # fmt: skip
     for a, b in same:
         assert answers_match(a, b) and answers_match(b, a), (a, b)
     for a, b in different:
