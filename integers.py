@@ -2,7 +2,7 @@
 Integer-valued functions of exact values (values.py), for exact.py, as sympy evaluates them:
 floor and ceiling of a + c sqrt(r) with a, c rational (\\lfloor \\sqrt{10} \\rfloor == 3,
 \\lceil -\\frac{7}{2} \\rceil == -3), \\binom{n}{k} of integers 0 <= k, n <= MAX_N
-(\\binom{5}{2} == 10), n! of an integer 0 <= n <= MAX_FACTORIAL (\\frac{7!}{2!5!} == 21;
+(\\binom{5}{2} == 10; \\binom{n}{2} == n(n-1)/2), n! of an integer 0 <= n <= MAX_FACTORIAL (\\frac{7!}{2!5!} == 21;
 "the answer is 5!" in plain text ends with a mark: extract.py drops it). No absolute values:
 read as numbers they made a false positive on the held-out real outputs (tests/test_verifiable).
 Anything else is an opaque factor equal only to itself (\\lfloor x \\rfloor, \\binom{n}{2}).
@@ -12,10 +12,11 @@ Comparisons are exact: sqrt(r) against a rational by squares.
 from fractions import Fraction
 from math import comb, floor, isqrt, prod
 
-from values import _const, _NoValue, _opaque
+from values import _const, _mul, _NoValue, _opaque
 
 MAX_FACTORIAL = 300  # 300! has about 2000 bits
-MAX_N = 1000  # \binom{1000}{500} has about 1000 bits; larger tops stay opaque
+MAX_N = 1000
+MAX_FALLING = 8  # \binom{n}{k} of a symbolic n expands for k up to this: n(n-1)/2  # \binom{1000}{500} has about 1000 bits; larger tops stay opaque
 
 
 def _surd_floor(c, r):
@@ -50,9 +51,15 @@ def rounded(value, up):
 def binomial(top, bottom):
     """\\binom{top}{bottom} for integers 0 <= bottom, top <= MAX_N, else opaque."""
     try:
-        n, k = Fraction(_const(top)), Fraction(_const(bottom))
+        k = Fraction(_const(bottom))
+        n = Fraction(_const(top))
     except _NoValue:
-        return _opaque("\\binom", top, bottom)
+        if set(bottom) - {(1, ())} or not 0 <= k <= MAX_FALLING or k.denominator != 1:
+            return _opaque("\\binom", top, bottom)
+        value = {(1, ()): Fraction(1, prod(range(1, int(k) + 1)))}  # n(n-1)...(n-k+1) / k!
+        for i in range(int(k)):
+            value = _mul(value, {**top, (1, ()): top.get((1, ()), 0) - i} if i else top)
+        return {t: c for t, c in value.items() if c}
     if n.denominator != 1 or k.denominator != 1 or not (0 <= k and 0 <= n <= MAX_N):
         return _opaque("\\binom", top, bottom)
     value = comb(int(n), int(k))

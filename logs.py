@@ -3,7 +3,8 @@ Logarithms and exponentials of exact values (values.py), for exact.py, as sympy 
 them. \\ln of a positive rational times a square root and a power of e is a sum of logarithms
 of primes plus that power (\\ln 4 == 2\\ln 2, \\ln\\frac{e^2}{3} == 2 - \\ln 3, \\ln e == 1);
 \\log_b x is \\ln x / \\ln b, a number when x is a power of b (\\log_2 8 == 3,
-\\log_{10} 1000 == 3, \\log_{\\sqrt2} 4 == 4) and \\frac{\\ln 3}{\\ln 2} for \\log_2 3.
+\\log_{10} 1000 == 3, \\log_{\\sqrt2} 4 == 4) and \\frac{\\ln 3}{\\ln 2} for \\log_2 3
+(and \\frac{\\ln x}{\\ln 2} for \\log_2 x).
 \\log without a base is base 10, as latex2sympy (so Math-Verify) reads it. \\exp(x) is e^x.
 Anything else (\\ln x, \\ln(-1), \\log_6 5) stays an opaque factor equal only to itself.
 Primes are found by trial division up to MAX_TRIAL; a larger cofactor counts as one "prime",
@@ -69,6 +70,8 @@ def logarithm(name, base, arg, n):
         return _opaque(name, base, arg, power=n)
     base = E if name == "\\ln" else (base or _TEN)
     ln_x, ln_b = _ln(arg), _ln(base)
+    if ln_x is None and ln_b and len(ln_b) == 1:  # \\log_2 x is \\ln x / \\ln 2
+        ln_x = _opaque("\\ln", {}, arg)
     if ln_x is None or not ln_b:
         return _opaque(name, {} if name == "\\ln" else base, arg, power=n)
     if len(ln_b) == 1:

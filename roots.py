@@ -7,7 +7,8 @@ a + b\\sqrt r denests by the one exact rule, sqrt(a + b sqrt r) = sqrt((a+d)/2) 
 sgn(b) sqrt((a-d)/2) when d^2 = a^2 - b^2 r is a rational square (\\sqrt{3+2\\sqrt2} is
 1+\\sqrt2). A root that is not exact is an opaque factor named by its base and 1/q, so
 \\sqrt[3]{2} == 2^{1/3} and equals nothing else; odd roots of negative numbers stay opaque
-(sympy's principal root is complex).
+(sympy's principal root is complex). Powers with a symbol in the exponent have one form:
+9^n == 3^{2n}, 2^{n+1} == 2 \\cdot 2^n, 2^{-n} == \\frac{1}{2^n} (_exponential).
 """
 
 from fractions import Fraction
@@ -124,11 +125,41 @@ def integer_power(base, n):
         base = _mul(base, base)
 
 
+def _perfect_power(n):
+    """(m, j) with n = m^j and j as large as can be: 9 -> (3, 2), 12 -> (12, 1)."""
+    for j in range(min(n.bit_length(), MAX_ROOT), 1, -1):
+        m = _iroot(n, j)
+        if m is not None and m > 1:
+            return m, j
+    return n, 1
+
+
+def _exponential(base, exponent):
+    """base^exponent for an exponent that is no number, one form for equal powers: an integer
+    base is its smallest root (9^n is 3^{2n}), 1/b is b with the exponent negated, an integer
+    part of the exponent is multiplied out (2^{n+1} is 2 * 2^n) and a negative leading term
+    makes a reciprocal (2^{-n} is 1/2^n)."""
+    exponent = dict(exponent)
+    if not set(base) - {(1, ())} and base and _const(base) > 0:
+        c = Fraction(_const(base))
+        if c.numerator == 1 and c.denominator > 1:
+            c, exponent = 1 / c, {t: -v for t, v in exponent.items()}
+        if c.denominator == 1 and c > 1:
+            m, j = _perfect_power(c.numerator)
+            base, exponent = {(1, ()): m}, {t: v * j for t, v in exponent.items()}
+    k = exponent.pop((1, ()), 0)
+    if Fraction(k).denominator != 1 or abs(k) > MAX_EXPONENT:
+        exponent[(1, ())], k = k, 0
+    flip = exponent[max(exponent)] < 0
+    factor = _opaque("^", base, {t: -v for t, v in exponent.items()} if flip else exponent)
+    return _mul(integer_power(base, int(k)), _reciprocal(factor) if flip else factor)
+
+
 def power(base, exponent):
     """base^exponent: integer powers expand, rational ones take exact roots (_root); any other
-    exponent (10^{x}, 2^{\\sqrt2}) makes an opaque factor."""
+    exponent (10^{x}, 2^{\\sqrt2}) makes an opaque factor (_exponential)."""
     if set(exponent) - {(1, ())}:
-        return _opaque("^", base, exponent)
+        return _exponential(base, exponent)
     e = Fraction(_const(exponent))
     if abs(e) > MAX_EXPONENT:
         raise _NoValue

@@ -31,7 +31,7 @@ compare by cell; equations up to a factor. Policies (tests cover both sides of e
 - Rounding (decimals.py): a number written with 2+ decimals is a value with no exact decimal
   that long, rounded or cut (0.33 for 1/3); 0.8 is not 3/4. Or, written to 6+ places, both
   agree to 6 (Math-Verify's rule: 3.141593 is pi). "x = 1/3 \\approx 0.33" is 1/3.
-- A list never equals one of its elements; "{1,3}" is the set \\{1,3\\}. Repeats in a list do
+- A list never equals one of its elements (a set of one does: "\\{2\\}" == "2"); "{1,3}" is the set \\{1,3\\}. Repeats in a list do
   not count ("(1,2),(1,2)" lists one solution); a set or a bare list answers a tuple of its
   items in the order written ("{1,3}" == "1, 3" == "(1,3)" != "(3,1)"). Measured on dev as
   Math-Verify's choices: dev agreement 0.994 -> 0.998 (repeats) -> 1.000 (set as tuple), no
@@ -257,6 +257,10 @@ def answers_match(predicted, reference):
     key_a, key_b = key(a), key(b)
     if key_a == key_b or same_set(key_a, key_b) or _as_tuple(a, b) or _as_tuple(b, a):
         return True
+    for one, other in ((a, key_b), (b, key_a)):  # "\\{2\\}" answers "2" (Math-Verify's reading)
+        inside = one[1:-1] if one[:1] == "\u2983" and wraps(one) else ","
+        if len(split_top(inside, ",")) == 1 and key(inside) == other:
+            return True
     bare_a, bare_b = unlabel(a), unlabel(b)
     if bare_a and bare_b and "," not in a + b and a.split("=")[0] == b.split("=")[0]:
         key_a, key_b = key(bare_a), key(bare_b)  # one label: "x=5+5+1=11" is "x=11"

@@ -466,6 +466,28 @@ def test_logarithms_and_exponentials_of_exact_numbers():
     assert not answers_match(r"\log 100", r"\ln 100") and not answers_match(r"\ln 2", "2")
     assert not answers_match(r"\exp(x)", "e^{2x}") and not answers_match(r"\log_2 3", r"\log_3 2")
     assert not answers_match(r"\ln(-1)", "0") and not answers_match(r"\ln x", r"\log x")
+    assert answers_match(r"\log_2 x", r"\frac{\ln x}{\ln 2}") and answers_match(
+        r"\log_4 x", r"\frac{\log_2 x}{2}"
+    )
+    assert not answers_match(r"\log_2 x", r"\log_3 x")
+
+
+def test_powers_with_a_symbol_in_the_exponent_have_one_form():
+    assert answers_match("2^{n+1}", r"2 \cdot 2^n") and answers_match("3^{2n}", "9^n")
+    assert answers_match("2^{-n}", r"\frac{1}{2^n}") and answers_match(
+        r"\left(\frac{1}{2}\right)^n", r"\frac{1}{2^n}"
+    )
+    assert answers_match("e^{x+1}", "e e^x") and answers_match("4^n", "2^{2n}")
+    assert not answers_match("2^{n+1}", "2^n") and not answers_match("3^n", "9^n")
+    assert not answers_match("2^{-n}", "2^n")
+
+
+def test_a_set_of_one_element_is_that_element():
+    # Math-Verify reads an answer that is no set as the set of it: "\{2\}" answers 2
+    assert answers_match(r"\{2\}", "2") and answers_match("2", r"\{2\}")
+    assert answers_match(r"\{(1,2)\}", "(1,2)")
+    assert not answers_match(r"\{2\}", "3") and not answers_match(r"\{1,2\}", "1")
+    assert not answers_match("2,2", "2")
 
 
 def test_floor_ceiling_binomials_and_factorials():
@@ -485,6 +507,10 @@ def test_floor_ceiling_binomials_and_factorials():
     )
     assert not answers_match(r"\lfloor x \rfloor", "x") and not answers_match(r"\binom{5}{2}", "5")
     assert not answers_match(r"\binom{n}{2}", r"\binom{n}{3}")
+    assert answers_match(r"\binom{n}{2}", r"\frac{n(n-1)}{2}") and answers_match(
+        r"\binom{n+1}{2}", r"\frac{n(n+1)}{2}"
+    )
+    assert not answers_match(r"\binom{n}{2}", r"\frac{n(n+1)}{2}")
     assert answers_match("5!", "120") and answers_match("0!", "1")
     assert V.math_reward(r"\boxed{5!}", "120") == 1.0 and not answers_match("3!", "3")
     # in plain text a final "!" ends the sentence: "the answer is 3!" answers 3, not 6
