@@ -31,9 +31,10 @@ compare by cell; equations up to a factor. Policies (tests cover both sides of e
 - Rounding (decimals.py): a number written with 2+ decimals is a value with no exact decimal
   that long, rounded or cut (0.33 for 1/3); 0.8 is not 3/4. Or, written to 6+ places, both
   agree to 6 (Math-Verify's rule: 3.141593 is pi). "x = 1/3 \\approx 0.33" is 1/3.
-- A list never equals one of its elements (a set of one does: "\\{2\\}" == "2"); "{1,3}" is the set \\{1,3\\}. Repeats in a list do
-  not count ("(1,2),(1,2)" lists one solution); a set or a bare list answers a tuple of its
-  items in the order written ("{1,3}" == "1, 3" == "(1,3)" != "(3,1)"). Measured on dev as
+- A list never equals one of its elements (a set of one does: "\\{2\\}" == "2"); "{1,3}" is
+  the set \\{1,3\\}. Repeats in a list do not count ("(1,2),(1,2)" lists one solution); a set
+  or a bare list answers a tuple of its items in the order written ("{1,3}" == "1, 3" ==
+  "(1,3)" != "(3,1)"). Measured on dev as
   Math-Verify's choices: dev agreement 0.994 -> 0.998 (repeats) -> 1.000 (set as tuple), no
   false positive added; dev cannot tell a bare list as a tuple from not (both 1.000): Math-Verify
   reads "1, 3" as "(1,3)", so nanoRM does, in the order written (Math-Verify: any order when
