@@ -82,7 +82,8 @@ _TEXT_CMDS = r"text|textbf|textit|textrm|textnormal|mathrm|mathbf|mathit|mbox"
 _TEXT_SPLIT = re.compile(r"(\\(?:" + _TEXT_CMDS + r")\s*\{|\\.|[{}])", re.S)
 _COMMAND = re.compile(r"\\(?:[a-zA-Z]+|.)", re.S)
 _REWRITES = {  # what each group of commands becomes; relations become one character
-    "": "\\! \\, \\; \\: \\left \\right \\displaystyle \\% \\$ \\[ \\] \\( \\)",
+    "": "\\! \\, \\; \\: \\left \\right \\displaystyle \\% \\$ \\[ \\] \\( \\) \\small \\large \\Large"
+    " \\LARGE \\huge \\Huge",
     " ": "\\quad \\qquad",
     "\\frac": "\\dfrac \\tfrac \\cfrac",
     "\\binom": "\\dbinom \\tbinom",
@@ -122,6 +123,7 @@ _SPACED = re.compile(r"(?<=[0-9]) +(?=[0-9])")
 _SPACED_THOUSANDS = re.compile(r"[-+]?[0-9]{1,3}(?: [0-9]{3})+(?:\.[0-9]+)?")
 _BASE = re.compile(r"(?<![0-9A-Z])([0-9A-Z]+)_\{([0-9]+)\}")  # 4210_{5} after canonical()
 _OR_AND = re.compile(r"(?<!\s)\s+(?:or|and)\s+|(?<=\))or(?=\()")
+_OVER = re.compile(r"\{([^{}]*)\\over(?![a-zA-Z])([^{}]*)\}")
 _FRAC_SPACED = re.compile(r"\\frac\s+([0-9a-zA-Z])\s+([0-9a-zA-Z])(?![0-9a-zA-Z])")
 _LOG_BASE = re.compile(r"\\log_([0-9]) *")  # "\log_2 8": the base is one digit, as in TeX
 _RATIO = re.compile(r"(?<![0-9.])([0-9]+(?:\.[0-9]+)?):([0-9]+(?:\.[0-9]+)?)")  # "3:4"
@@ -157,6 +159,8 @@ def canonical(answer):
             s = _unwrap_text(drop_text_unit(s))  # "5\\text{ m}" -> "5"
         s = s.replace("\\! ", "\\!")  # "11,\\! 111" is one number; "32, 349" is a list
         s = _ESCAPED_TWICE.sub(r"\\", s)  # "\\\\frac" from a JSON string escaped twice
+        if "\\over" in s:  # TeX's "{1 \\over 3}" is \\frac{1}{3}
+            s = _OVER.sub(r"{\\frac{\1}{\2}}", "{" + s + "}")[1:-1]
         if "\\frac " in s:  # "\\frac 1 3": the space is no list separator
             s = _FRAC_SPACED.sub(r"\\frac{\1}{\2}", s)
         if "\\mathbb" in s:  # the real line

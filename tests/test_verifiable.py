@@ -541,6 +541,13 @@ def test_set_difference_of_intervals_and_points():
     assert not answers_match(r"[0,2]\setminus\{2\}", "[0,2]")
 
 
+def test_tex_over_and_size_commands():
+    assert answers_match(r"{1 \over 3}", "1/3") and answers_match(r"1 \over 3", r"\frac{1}{3}")
+    assert answers_match(r"\frac{1}{2} + {1 \over 3}", r"\frac{5}{6}")
+    assert answers_match(r"\large 9", "9") and answers_match(r"\Large{9}", "9")
+    assert not answers_match(r"{1 \over 3}", "3") and not answers_match(r"\overline{3}", "3")
+
+
 def test_division_sign_spaced_fractions_and_ratios():
     assert answers_match(r"1 \div 3", "1/3") and answers_match(r"\frac 1 3", r"\frac{1}{3}")
     assert not answers_match(r"\frac 1 3", "1, 3") and not answers_match(r"6 \div 3", "3")
