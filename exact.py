@@ -305,6 +305,18 @@ def _linear(left, right):
     return None if power != 1 or "(" in name else (name, a, rest)  # not \sin x > 0
 
 
+def _inequality(left, op, right):
+    """ "a<b" in any number of symbols as ("ineq", op, left - right) with op < or <= (a > b is
+    b - a < 0), scaled by a positive number: "a<b" == "b>a" == "2a<2b"; or None."""
+    if op in ">\u2265":
+        left, op, right = right, _FLIP[op], left
+    diff = _difference(left, right)
+    if not diff:
+        return None
+    lead = diff[max(diff)] if op == "\u2260" else abs(diff[max(diff)])
+    return ("ineq", op, _frozen({t: Fraction(c) / lead for t, c in diff.items()}))
+
+
 def relation(s):
     """ "y>=3", "3<=y", "-t>-2", "-40<b<6", "t!=4" as ("rel", variable, interval key), or
     None. One side must be a label or the relation linear in one symbol; so "x>3" and
@@ -318,7 +330,7 @@ def relation(s):
             return _one_sided(right, _FLIP[op], _constant(left))
         found = _linear(left, right)
         if found is None:
-            return None
+            return _inequality(left, op, right)
         name, a, rest = found  # a * name + rest op 0, so name op' -rest / a
         return _one_sided(
             name, op if a > 0 else _FLIP[op], {t: -Fraction(c) / a for t, c in rest.items()}

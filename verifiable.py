@@ -185,6 +185,7 @@ def canonical(answer):
         s = s[2:-2].strip()
     if "=" in s:
         s = s.replace("<=", "\u2264").replace(">=", "\u2265").replace("!=", "\u2260")
+        s = s.replace(":=", "=")  # "x := 3" defines x as 3
     if " " in s or ")or(" in s:
         s = drop_words(_OR_AND.sub(",", s))  # "8,3 or 4" and "(5,2) or (2,5)" are lists
     s = attached(s)  # "45km" -> "45"; "5m" and "2k" stay algebra

@@ -720,6 +720,15 @@ def test_policy_inequalities_are_the_sets_they_allow():
     assert not answers_match("x < 3", "y < 3")  # two relations: the variable counts
 
 
+def test_inequalities_in_several_symbols_and_definitions():
+    # a relation in 2+ symbols is left - right against 0, scaled by a positive number
+    assert answers_match("a<b", "b>a") and answers_match("2a<2b", "a<b")
+    assert answers_match("a+b<c", "c>b+a") and answers_match(r"a \ne b", r"b \ne a")
+    assert answers_match("x := 3", "x = 3")
+    assert not answers_match("a<b", "a>b") and not answers_match(r"a \le b", "a<b")
+    assert not answers_match("a<b", "b<a") and not answers_match("x := 3", "y = 3")
+
+
 def test_policy_solutions_separated_by_semicolons_are_tuples():
     # ";" between groups that name the same variables in alphabetical order: one tuple each
     assert answers_match("p=5,q=2;p=7,q=2", "(5,2),(7,2)")
