@@ -167,7 +167,8 @@ _STATES = (
     r"(?:=|\b(?:is|are|be|equals|was|makes?|gets?|gives?|of|[Aa]nswer|approximately)\b|'s\b|:)"
 )
 _STATED = re.compile(  # "is 1 000 dollars": thousands spaced, as canonical() reads "1 000"
-    _STATES + r"\s*([-+]?(?:[0-9]{1,3}(?: [0-9]{3})+(?![0-9])|[0-9][0-9,]*)(?:\.[0-9]+)?)"
+    _STATES + r"\s*([-+]?(?:[0-9]{1,3}(?: [0-9]{3})+(?![0-9])|[0-9][0-9,]*)(?:\.[0-9]+)?"
+    r"(?:/[0-9]+(?![0-9.,]))?|\\[dt]?frac\{[0-9]+\}\{[0-9]+\})"
 )
 # "... is $x$" and "Matrix with fractions: $M$" state x and M; "Simplify: $x$" does not
 _STATES_END = re.compile(r"(?:[=:]|\b(?:is|are|be|equals|was|gives?|of|[Aa]nswer)\b)[^0-9]{0,40}$")
@@ -216,6 +217,7 @@ def _value_of(s):
 ONE_NUMBER = True  # the one number of a concluding sentence is its answer (measured: CORPUS.md)
 _CONCLUDES = re.compile(r"\b(?:[Hh]ence|[Tt]herefore|[Tt]hus|[Ss]o|[Ww]e (?:get|obtain|find))\b")
 # what follows an answer without stating one: Minerva's sign-off, a chat template's next turn
+_IS_BEFORE = re.compile(r"(?:\b(?:is|are|equals)|=|:) *$")  # "... of $n$ is $12$": 12
 _TRAILERS = ("I hope it is correct.", "<|im_end|>", "<|im_start|>user", "<|endoftext|>")
 _DISPLAY = re.compile(r"\$\$[^$]*\$\$|\\\[.*?\\\]", re.S)
 
@@ -230,7 +232,12 @@ def extract_conclusion(text):
     sentence = _SENTENCE_END.split(_uncurrency(tail.strip()))[-1].strip()
     if not sentence or sentence.endswith("?"):  # a question is not an answer
         return None
-    for mark in list(_CONCLUDES.finditer(sentence))[-4:][::-1]:  # "Thus $x=3$, so done."
+    marks = list(_CONCLUDES.finditer(sentence))[-4:][::-1]
+    spans = list(_MATH_SPAN.finditer(sentence, marks[0].end())) if marks else []
+    last = spans[-1].start() if len(spans) > 1 else 0  # "the value of $n$ is $12$": 12
+    if last and _IS_BEFORE.search(sentence, max(0, last - 12), last):
+        return _capped(next(g for g in spans[-1].groups() if g is not None))
+    for mark in marks:  # "Thus $x=3$, so done."
         span = _MATH_SPAN.search(sentence, mark.end())
         if span:
             return _capped(next(g for g in span.groups() if g is not None))

@@ -220,6 +220,12 @@ def test_plain_text_spaced_thousands_approximately_and_a_final_mark():
     assert answers_match(r"\approx 42", "42") and not answers_match(r"\approx 42", "41")
     assert V.math_reward("42!", "42") == 1.0 and V.math_reward(r"\boxed{3!}", "6") == 1.0
     assert V.math_reward("The answer is 3!", "6") == 0.0
+    # a fraction after a stating word; the last of several spans when "is" comes before it
+    assert extract_answer("The probability is 1/2.") == "1/2"
+    assert extract_answer(r"The probability is \frac{1}{2}.") == r"\frac{1}{2}"
+    assert extract_answer("Thus, the smallest value of $n$ is $12$.") == "12"
+    assert extract_answer("Thus $x = 3$ is the solution of $x+1=4$.") == "x = 3"
+    assert extract_answer("Thus $x=3$, so done.") == "x=3"
     assert V.math_reward("**6**", "6") == 1.0 and not answers_match("2**3", "23")  # bold
 
 
