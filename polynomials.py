@@ -1,10 +1,11 @@
 """
-Quotients of polynomials in one symbol, for exact.py's "/" and \\frac: the common factor of
+Quotients of polynomials, for exact.py's "/" and \\frac: in one symbol the common factor of
 numerator and denominator cancels, as sympy's simplify does (\\frac{x^2-1}{x-1} == x+1,
-\\frac{2x+2}{x^2-1} == \\frac{2}{x-1}), and what is left of the denominator becomes the opaque
-factor of values._reciprocal, so equal quotients have one value. Only polynomials in one
-symbol with rational coefficients and degree <= MAX_DEGREE are divided (Euclid's algorithm
-on Fractions, bounded by the degrees); any other quotient is n * _reciprocal(d), as before.
+\\frac{2x+2}{x^2-1} == \\frac{2}{x-1}); in any symbols a multiple of the denominator is a number
+(\\frac{a+b}{2a+2b} == 1/2). What is left of the denominator becomes the opaque factor of
+values._reciprocal, so equal quotients have one value. Only polynomials in one symbol with
+rational coefficients and degree <= MAX_DEGREE are divided (Euclid's algorithm on Fractions,
+bounded by the degrees); any other quotient is n * _reciprocal(d), as before.
 """
 
 from fractions import Fraction
@@ -58,6 +59,9 @@ def _value(name, coefs):
 
 def quotient(n, d):
     """n / d as a value: the common factor cancelled when both are polynomials in one symbol."""
+    ratios = {Fraction(n[t]) / Fraction(d[t]) for t in d} if n and set(n) == set(d) else ()
+    if len(d) > 1 and len(ratios) == 1:  # \\frac{a+b}{2a+2b} == 1/2, in any symbols
+        return {(1, ()): ratios.pop()}
     pn, pd = _poly(n) if n else None, _poly(d)
     if pn is None or pd is None or pn[0] != pd[0] or len(pd[1]) < 2:
         return _mul(n, _reciprocal(d))

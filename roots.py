@@ -63,9 +63,13 @@ def _denest(inside):
 
 
 def square_root(inside):
-    """\\sqrt{inside}: exact for rationals, denested for a + b sqrt r, else opaque."""
+    """\\sqrt{inside}: exact for rationals, denested for a + b sqrt r, the root of a positive
+    coefficient taken out of one term (\\sqrt{12x} is 2\\sqrt3 \\sqrt{x}), else opaque."""
     if not set(inside) - {(1, ())}:
         return sqrt_value(Fraction(_const(inside)))
+    (((r, syms), c),) = inside.items() if len(inside) == 1 else (((0, ()), 0),)
+    if r == 1 and syms and c > 0 and c != 1:
+        return _mul(sqrt_value(Fraction(c)), _opaque("\\sqrt", {(1, syms): 1}))
     return _denest(inside) or _opaque("\\sqrt", inside)
 
 
@@ -136,9 +140,9 @@ def _perfect_power(n):
 
 def _exponential(base, exponent):
     """base^exponent for an exponent that is no number, one form for equal powers: an integer
-    base is its smallest root (9^n is 3^{2n}), 1/b is b with the exponent negated, an integer
-    part of the exponent is multiplied out (2^{n+1} is 2 * 2^n) and a negative leading term
-    makes a reciprocal (2^{-n} is 1/2^n)."""
+    base is its smallest root (9^n is 3^{2n}), 1/b is b with the exponent negated, and each term
+    of the exponent is its own factor, an integer coefficient its power (2^{n+1} is 2 * 2^n,
+    e^{x+y} is e^x e^y, e^{2x} is (e^x)^2, 2^{-n} is 1/2^n)."""
     exponent = dict(exponent)
     if not set(base) - {(1, ())} and base and _const(base) > 0:
         c = Fraction(_const(base))
@@ -148,11 +152,13 @@ def _exponential(base, exponent):
             m, j = _perfect_power(c.numerator)
             base, exponent = {(1, ()): m}, {t: v * j for t, v in exponent.items()}
     k = exponent.pop((1, ()), 0)
-    if Fraction(k).denominator != 1 or abs(k) > MAX_EXPONENT:
-        exponent[(1, ())], k = k, 0
-    flip = exponent[max(exponent)] < 0
-    factor = _opaque("^", base, {t: -v for t, v in exponent.items()} if flip else exponent)
-    return _mul(integer_power(base, int(k)), _reciprocal(factor) if flip else factor)
+    out = power(base, {(1, ()): k}) if k else {(1, ()): 1}
+    for t, c in sorted(exponent.items()):
+        c = Fraction(c)
+        whole = c.denominator == 1
+        factor = _opaque("^", base, {t: 1 if whole else abs(c)})
+        out = _mul(out, integer_power(factor, int(c) if whole else (1 if c > 0 else -1)))
+    return out
 
 
 def power(base, exponent):

@@ -447,6 +447,9 @@ def test_quotients_of_polynomials_in_one_symbol_cancel():
         r"\frac{x^2-1}{x-1}", "x-1"
     )
     assert not answers_match(r"\frac{x^2-y^2}{x-y}", "x+y")  # two symbols: not divided
+    assert answers_match(r"\frac{a+b}{2a+2b}", r"\frac12") and not answers_match(
+        r"\frac{a+b}{a-b}", "-1"
+    )
 
 
 def test_letters_run_together_in_algebra_are_a_product():
@@ -486,6 +489,11 @@ def test_powers_with_a_symbol_in_the_exponent_have_one_form():
     assert answers_match("e^{x+1}", "e e^x") and answers_match("4^n", "2^{2n}")
     assert not answers_match("2^{n+1}", "2^n") and not answers_match("3^n", "9^n")
     assert not answers_match("2^{-n}", "2^n")
+    assert answers_match("e^x e^y", "e^{x+y}") and answers_match("(e^x)^2", "e^{2x}")
+    assert answers_match(r"2^x \cdot 2^y", "2^{x+y}") and not answers_match("e^x e^y", "e^{xy}")
+    assert answers_match(r"\sqrt{12x}", r"2\sqrt{3x}") and not answers_match(
+        r"\sqrt{12x}", r"3\sqrt{2x}"
+    )
 
 
 def test_a_set_of_one_element_is_that_element():
