@@ -184,7 +184,8 @@ class _Parser:
                 if q.denominator != 1 or not 2 <= q <= MAX_ROOT:
                     raise _NoValue
                 return power(self.group("{", "}"), {(1, ()): 1 / q})
-            return square_root(self.group("{", "}"))  # exact, denested or opaque: roots.py
+            inside = self.group("(", ")") if self.peek() == "(" else self.group("{", "}")
+            return square_root(inside)  # exact, denested or opaque: roots.py; "sqrt(2)" too
         if token in _ROUNDING:  # \lfloor x \rfloor, \lceil x \rceil: integers.py
             value = self.sum()
             self.take(_ROUNDING[token])

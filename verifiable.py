@@ -67,17 +67,11 @@ from extract import (  # noqa: F401 (all re-exported: callers import the extract
 )
 from matrices import key  # exact.key, with matrix literals and their arithmetic read first
 from named import named, solutions
+from spellings import respell
 from units import attached, drop_text_unit, drop_words, is_percent
 
 # ------------------------------------------------------------------ canonical strings
 
-# Unicode math as LaTeX: minus, times, dot, divide, fraction slash, no-break space, pi, root,
-# infinity, plus-minus, union, euro, pound, squared, cubed
-_UNICODE_MATH = (
-    "\u2212\u00d7\u00b7\u00f7\u2044\u00a0\u03c0\u221a\u221e\u00b1\u222a\u20ac\u00a3\u00b2\u00b3"
-)
-_AS_LATEX = "-|*|*|/|/| |\\pi |\\sqrt|\\infty |\\pm |\\cup |||^2|^3".split("|")
-_UNICODE = str.maketrans(dict(zip(_UNICODE_MATH, _AS_LATEX, strict=True)))
 _TEXT_CMDS = r"text|textbf|textit|textrm|textnormal|mathrm|mathbf|mathit|mbox"
 _TEXT_SPLIT = re.compile(r"(\\(?:" + _TEXT_CMDS + r")\s*\{|\\.|[{}])", re.S)
 _COMMAND = re.compile(r"\\(?:[a-zA-Z]+|.)", re.S)
@@ -153,7 +147,7 @@ def _unwrap_text(s):
 
 def canonical(answer):
     """The answer as a canonical string: no spacing, delimiters, units or LaTeX noise."""
-    s = answer if answer.isascii() else answer.translate(_UNICODE)
+    s = respell(answer)  # unicode, "inf", " sqrt 2", "2**10", "5^{\\text{th}}": spellings.py
     if "\\" in s:
         if "{" in s:
             s = _unwrap_text(drop_text_unit(s))  # "5\\text{ m}" -> "5"

@@ -25,7 +25,9 @@ import intervals
 import logs
 import matrices
 import named
+import polynomials
 import roots
+import spellings
 import trig
 import units
 import values
@@ -562,6 +564,16 @@ def test_tex_over_and_size_commands():
     assert not answers_match(r"{1 \over 3}", "3") and not answers_match(r"\overline{3}", "3")
 
 
+def test_plain_spellings_and_ordinals():
+    # spellings.py: what Math-Verify's normalizer also reads
+    assert answers_match(r"5^{\mathrm{th}}", "5") and answers_match(r"5^{\text{th}}", "5")
+    assert answers_match("(0, inf)", r"(0,\infty)") and answers_match("-inf", r"-\infty")
+    assert answers_match(" sqrt 2", r"\sqrt2") and answers_match("2sqrt(2)", r"2\sqrt2")
+    assert answers_match("2**10", "1024") and answers_match("x**2", "x^2")
+    assert not answers_match("infinite", r"\infty") and not answers_match("5^{th}", "5")
+    assert not answers_match(r"5^{\text{th}}", "6") and not answers_match("2**10", "20")
+
+
 def test_division_sign_spaced_fractions_and_ratios():
     assert answers_match(r"1 \div 3", "1/3") and answers_match(r"\frac 1 3", r"\frac{1}{3}")
     assert not answers_match(r"\frac 1 3", "1, 3") and not answers_match(r"6 \div 3", "3")
@@ -905,7 +917,7 @@ def test_graders_import_without_torch():
 def test_no_eval_or_exec_in_the_source():
     for name in ("verifiable.py", "extract.py", "exact.py", "matrices.py", "values.py", "trig.py",
                  "decimals.py", "brackets.py", "units.py", "intervals.py", "named.py", "roots.py",
-                 "logs.py", "integers.py", "polynomials.py"):  # fmt: skip
+                 "logs.py", "integers.py", "polynomials.py", "spellings.py"):  # fmt: skip
         check_no_eval(ast.parse((ROOT / name).read_text()))
 
 
@@ -1027,9 +1039,11 @@ def test_every_regex_is_linear_on_adversarial_text():
         roots,
         logs,
         integers,
+        polynomials,
+        spellings,
     )
     patterns = [v for m in modules for v in vars(m).values() if isinstance(v, re.Pattern)]
-    patterns += [p for _, p, _ in V._BRACE_ARGS] + list(V._FOLD.values())
+    patterns += [p for _, p, _ in V._BRACE_ARGS + spellings._PLAIN] + list(V._FOLD.values())
     assert len(patterns) >= 8
     for pattern in patterns:
         for prefix, unit, suffix in NASTY:
