@@ -167,7 +167,8 @@ _STATES = (
     r"(?:=|\b(?:is|are|be|equals|was|makes?|gets?|gives?|of|[Aa]nswer|approximately)\b|'s\b|:)"
 )
 _STATED = re.compile(  # "is 1 000 dollars": thousands spaced, as canonical() reads "1 000"
-    _STATES + r"\s*([-+]?(?:[0-9]{1,3}(?: [0-9]{3})+(?![0-9])|[0-9][0-9,]*)(?:\.[0-9]+)?"
+    _STATES
+    + r"\s*([-+]?(?:[0-9]{1,3}(?: [0-9]{3})+(?![0-9])|[0-9][0-9,]*|(?=\.[0-9]))(?:\.[0-9]+)?"
     r"(?:/[0-9]+(?![0-9.,]))?|\\[dt]?frac\{[0-9]+\}\{[0-9]+\})"
 )
 # "... is $x$" and "Matrix with fractions: $M$" state x and M; "Simplify: $x$" does not
@@ -182,6 +183,9 @@ _TRAILING = re.compile(r"[a-z]+(?: [a-z]+){0,2}")
 _NOT_UNITS = set("is are was were be and or not to of for if in on by as so".split())
 _IS_THE_ANSWER = ("is the answer", "is the final answer", "is the correct answer")
 _NUMBER = re.compile(r"[-+]?[0-9][0-9,]*(?:\.[0-9]+)?")
+_NUMBER_IS = re.compile(
+    r"(?<![0-9,.])([-+]?[0-9][0-9,]*(?:\.[0-9]+)?) is (?:the (?:final |correct )?answer|correct)"
+)
 _UNITS_ONLY = re.compile(r"(?<![0-9,.])" + _NUMBER.pattern + r"(?: [a-zA-Z]+){1,3}")
 _NOT_WORDS = r"(?!(?:or|and|to|plus|minus|times|over|pi)\b)"  # "5 or 6" is a list, not "5"
 _LEADING = re.compile(r"(?<![0-9,.])(" + _NUMBER.pattern + r")\s+\(?" + _NOT_WORDS + "[a-zA-Z]{2,}")
@@ -194,6 +198,8 @@ def _value_of(s):
     s = s.strip().rstrip(".").strip()
     if s[-1:] == "!" and "$" not in s and "\\" not in s:  # "is 120!": a mark, not 120!
         s = s[:-1]
+    if _NUMBER_IS.fullmatch(s):  # "7 is the answer", "7 is correct"
+        return _NUMBER_IS.fullmatch(s)[1]
     if _UNITS_ONLY.fullmatch(s):  # "28 percent", "15 cups of feed"
         return s
     spans = list(_MATH_SPAN.finditer(s))

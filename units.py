@@ -4,7 +4,8 @@ Units and percent signs after a number, for verifiable.canonical() and answers_m
 A unit says what a number counts; it is no part of the answer, so it goes:
 - words after a number and a space: "18 dollars", "15 cm^2" (drop_words). A single letter
   after a space stays algebra ("5 m" could be 5m), and so do "5 or 6" and "x cm".
-- a unit attached to a number: "45km", "12.5cm^2" (attached); "5m" and "2k" stay algebra.
+- a unit attached to a number: "45km", "12.5cm^2", "100m2" (attached); "5m" and "2k" stay
+  algebra. One letter with a power is a unit only as m: "100 m^2", "100 m2" (areas).
 - a unit in a text command at the end, after a number or a closing brace: "5 \\text{ m}",
   "\\frac{1}{3}\\,\\mathrm{cm}^2", "12\\mathrm{~km}/\\mathrm{h}" (drop_text_unit). The command
   says it is not a variable, so one letter is a unit here; "\\mathrm{e}" and "\\mathrm{i}" are
@@ -15,9 +16,9 @@ equates both with it); answers_match compares the other side both ways.
 
 import re
 
-_UNIT_WORD = re.compile(r"[a-zA-Z]{2,}(?:\^\{?[23]\}?)?|\^\{?[23]\}?")
+_UNIT_WORD = re.compile(r"(?:[a-zA-Z]{2,}|m\^?(?=\{?[23]))(?:\^?\{?[23]\}?)?|\^\{?[23]\}?")
 _NOT_UNITS = {"or", "and", "to", "plus", "minus", "times", "over", "pi", "is", "not", "of"}
-_ATTACHED = re.compile(r"(?<![0-9,.])([-+]?[0-9][0-9,.]*)([a-zA-Z]{1,3})(?:\^\{?[23]\}?)?")
+_ATTACHED = re.compile(r"(?<![0-9,.])([-+]?[0-9][0-9,.]*)([a-zA-Z]{1,3})(\^?\{?[23]\}?)?")
 _UNITS = set("km cm mm m kg g mg ml mL L ft in mi h hr hrs min s sec mph".split())  # "45km"
 _COMMAND = re.compile(r"\\(?:[a-zA-Z]+|.)", re.S)
 
@@ -48,8 +49,8 @@ def drop_words(s):
 def attached(s):
     """ "45km" -> "45", "3,000.5m^2" -> "3,000.5"; "5m" and "2k" stay (a single letter only
     after a decimal point or a thousands comma); anything else is returned as it is."""
-    m = None if s[-1:].isdigit() and "^" not in s else _ATTACHED.fullmatch(s)
-    if m and m[2] in _UNITS and (len(m[2]) > 1 or "." in m[1] or "," in m[1]):
+    m = None if s[-1:].isdigit() and "^" not in s and s[-2:-1] != "m" else _ATTACHED.fullmatch(s)
+    if m and m[2] in _UNITS and (len(m[2]) > 1 or "." in m[1] or "," in m[1] or m[3]):
         return m[1]
     return s
 

@@ -228,6 +228,8 @@ def test_plain_text_spaced_thousands_approximately_and_a_final_mark():
     assert extract_answer("Thus, the smallest value of $n$ is $12$.") == "12"
     assert extract_answer("Thus $x = 3$ is the solution of $x+1=4$.") == "x = 3"
     assert extract_answer("Thus $x=3$, so done.") == "x=3"
+    assert extract_answer("7 is the answer") == "7" and extract_answer("7 is correct") == "7"
+    assert extract_answer("the result is .5") == ".5"
     assert V.math_reward("**6**", "6") == 1.0 and not answers_match("2**3", "23")  # bold
 
 
@@ -778,6 +780,10 @@ def test_policy_attached_units():
     assert answers_match("3,000.5m\u00b2", "3000.5") and answers_match("2.5h", "2.5")
     assert not answers_match("5m", "5") and not answers_match("2k", "2")  # algebra
     assert not answers_match("45km", "54")
+    # one letter with a power is a unit only as m (areas, volumes): "100 m^2", "100m2"
+    assert answers_match("100 m^2", "100") and answers_match("100m2", "100")
+    assert answers_match("100 m2", "100") and answers_match("5 m3", "5")
+    assert not answers_match("5 x^2", "5") and not answers_match("100 m", "100")
 
 
 def test_hand_written_completions_are_graded_right():
