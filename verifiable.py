@@ -53,6 +53,7 @@ functions decode input_ids[s : e + 1], the end inclusive).
 """
 
 import re
+from functools import lru_cache
 
 import extract as _extract
 from decimals import close  # a written decimal as a rounded value: that file's policies
@@ -145,7 +146,8 @@ def _unwrap_text(s):
     return "".join(out)
 
 
-def canonical(answer):
+@lru_cache(maxsize=4096)  # a pure function of the text: in RL a prompt's reference is the
+def canonical(answer):  # same for every sampled completion (8-64), so it is read once
     """The answer as a canonical string: no spacing, delimiters, units or LaTeX noise."""
     s = respell(answer)  # unicode, "inf", " sqrt 2", "2**10", "5^{\\text{th}}": spellings.py
     if "\\" in s:
