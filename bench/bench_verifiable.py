@@ -40,7 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from exact import wraps
-from verifiable import answers_match, extract_answer, math_reward  # noqa: I001
+from verifiable import answers_match, canonical, extract_answer, math_reward  # noqa: I001
 
 DATA = ROOT.parent / "shared" / "data"
 
@@ -309,6 +309,7 @@ def completion_table(groups, graders):
     for (source, split), rows in groups.items():
         cells = ""
         for name, grade in graders.items():
+            canonical.cache_clear()  # only repeats inside a group count (one prompt, N samples)
             start = time.perf_counter()
             verdicts = [grade(r["completion"], r["reference"]) for r in rows]
             seconds[name] += time.perf_counter() - start
@@ -342,10 +343,13 @@ WRAPS = {"raw": lambda s: s, "$...$": lambda s: f"${s}$", "\\boxed{}": lambda s:
 def run(grade, pairs, min_seconds=2.0):
     """Accuracy per form and in all, and answers per second. Passes repeat until min_seconds
     have gone by, so a fast grader is timed over as long a stretch as a slow one: the rate is
-    the mean over all passes, not the best one."""
+    the mean over all passes, not the best one. Each pass starts with verifiable's cache of
+    canonical forms empty: a gold answer read once per pass is reused for its forms (as a
+    reference is for a prompt's samples in RL), a form is never remembered from a past pass."""
     right, seen = defaultdict(int), defaultdict(int)
     start, passes = time.perf_counter(), 0
     while passes == 0 or time.perf_counter() - start < min_seconds:
+        canonical.cache_clear()
         verdicts = [grade(text, gold) for gold, _, text, _ in pairs]
         passes += 1
     seconds = (time.perf_counter() - start) / passes
