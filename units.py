@@ -20,7 +20,7 @@ _UNIT_WORD = re.compile(r"(?:[a-zA-Z]{2,}|m\^?(?=\{?[23]))(?:\^?\{?[23]\}?)?|\^\
 _NOT_UNITS = {"or", "and", "to", "plus", "minus", "times", "over", "pi", "is", "not", "of"}
 _ATTACHED = re.compile(r"(?<![0-9,.])([-+]?[0-9][0-9,.]*)([a-zA-Z]{1,3})(\^?\{?[23]\}?)?")
 _UNITS = set("km cm mm m kg g mg ml mL L ft in mi h hr hrs min s sec mph".split())  # "45km"
-_COMMAND = re.compile(r"\\(?:[a-zA-Z]+|.)", re.S)
+COMMAND = re.compile(r"\\(?:[a-zA-Z]+|.)", re.S)  # one LaTeX command (verifiable.py too)
 
 # one unit in a text command: "\text{ km}", "\mathrm{~cm}^2", "\text{km/h}"; the content is
 # letters, with a "/" or a power, nothing else ("\text{ and }" is a word the caller keeps)
@@ -40,7 +40,7 @@ def drop_words(s):
     while n > 1 and _UNIT_WORD.fullmatch(words[n - 1]) and words[n - 1] not in _NOT_UNITS:
         n -= 1
     head = " ".join(words[:n])
-    bare = _COMMAND.sub("", head)
+    bare = COMMAND.sub("", head)
     if n == len(words) or not any(c.isdigit() for c in bare) or any(c.isalpha() for c in bare):
         return s
     return head

@@ -69,13 +69,12 @@ from extract import (  # noqa: F401 (all re-exported: callers import the extract
 from matrices import key  # exact.key, with matrix literals and their arithmetic read first
 from named import named, solutions
 from spellings import respell
-from units import attached, drop_text_unit, drop_words, is_percent
+from units import COMMAND, attached, drop_text_unit, drop_words, is_percent
 
 # ------------------------------------------------------------------ canonical strings
 
 _TEXT_CMDS = r"text|textbf|textit|textrm|textnormal|mathrm|mathbf|mathit|mbox"
 _TEXT_SPLIT = re.compile(r"(\\(?:" + _TEXT_CMDS + r")\s*\{|\\.|[{}])", re.S)
-_COMMAND = re.compile(r"\\(?:[a-zA-Z]+|.)", re.S)
 _REWRITES = {  # what each group of commands becomes; relations become one character
     "": "\\! \\, \\; \\: \\left \\right \\displaystyle \\% \\$ \\[ \\] \\( \\) \\small \\large \\Large"
     " \\LARGE \\huge \\Huge",
@@ -163,7 +162,7 @@ def canonical(answer):  # same for every sampled completion (8-64), so it is rea
             s = s.replace("\\mathbb{R}", "(-\\infty,\\infty)").replace(
                 "\\mathbb R", "(-\\infty,\\infty)"
             )
-        s = _COMMAND.sub(lambda m: _COMMAND_MAP.get(m.group(), m.group()), s)
+        s = COMMAND.sub(lambda m: _COMMAND_MAP.get(m.group(), m.group()), s)
         if "\\log_" in s:  # before spaces are read: "\log_2 8" is no list "2,8"
             s = _LOG_BASE.sub(r"\\log_{\1}", s)
         s = s.replace("\u2983\u2984", "\\emptyset")  # "\\{\\}"
