@@ -109,11 +109,13 @@ class PairDataset:
         B = len(items)
         seqs = [np.concatenate([p, c]) for p, c, _ in items]
         seqs += [np.concatenate([p, r]) for p, _, r in items]  # (2B,): chosen rows, rejected rows
-        tokens, mask = right_pad(seqs, pad_id), right_pad([np.ones(len(s), np.int64) for s in seqs])
-        resp = [np.r_[np.zeros(len(p), np.int64), np.ones(len(c), np.int64)] for p, c, _ in items]
-        resp = right_pad(resp, T=tokens.size(1))  # (B, T) 1 on the chosen response
-        n = sum(len(s) for s in seqs)
-        return Batch(tokens[:B], mask[:B], tokens[B:], mask[B:], resp, n)
+        tokens = right_pad(seqs, pad_id)  # (2B, T)
+        t = torch.arange(tokens.size(1))
+        ends = torch.tensor([len(s) for s in seqs])[:, None]  # (2B, 1)
+        starts = torch.tensor([len(p) for p, _, _ in items])[:, None]  # (B, 1) chosen's first
+        mask = (t < ends).long()
+        resp = ((t >= starts) & (t < ends[:B])).long()  # (B, T) 1 on the chosen response
+        return Batch(tokens[:B], mask[:B], tokens[B:], mask[B:], resp, int(ends.sum()))
 
     def lengths(self, packed=False):
         """(N,) length of each pair's row: prompt + the longer response (plain), or prompt +
