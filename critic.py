@@ -27,7 +27,7 @@ import copy
 
 import torch
 
-from reward import ScalarHeadModel, apply_head, load_reward_model
+from reward import ScalarHeadModel, apply_head
 
 
 class Critic(ScalarHeadModel):
@@ -54,6 +54,8 @@ class Critic(ScalarHeadModel):
 
     @classmethod
     def from_reward_checkpoint(cls, path):
+        from nanorm.ckpt import load_reward_model  # ckpt.pt: read when a file is
+
         return cls.from_reward_model(load_reward_model(path))
 
 

@@ -40,15 +40,15 @@ from contextlib import nullcontext
 import torch
 import torch.distributed as dist
 
-import calibrate
-from ckpt import checkpoint_tokenizer, update_checkpoint
-from cli import ArgumentParser, UsageError, boolean, check_device, run
+import nanorm.calibrate as calibrate
+from data import ArgumentParser, UsageError, run
 from data.chat import chat_format
 from data.pairs import open_dataset
-from data.sources import data_kind, load_source
 from data.tokenizer import load_tokenizer
-from report import Scored, as_served, best_of_n, response_lengths, write_report
-from reward import load_for_scoring, pairwise_loss
+from nanorm.ckpt import checkpoint_tokenizer, load_for_scoring
+from nanorm.cli import boolean, check_device
+from nanorm.report import Scored, best_of_n, response_lengths, write_served_report
+from reward import pairwise_loss
 
 
 # ----------------------------------------------------------------------------- scoring
@@ -179,6 +179,10 @@ def score(rm, source, batch_size):
 
 # ----------------------------------------------------------------------------- command line
 def main(argv=None):
+    # the raw data sources (files, RewardBench, GSM8K labelled by verifiable.py): the command
+    # line reads them, training's evaluation (evaluate, above) never does
+    from data.sources import data_kind, load_source
+
     p = ArgumentParser(description=__doc__.split("\n")[1])
     p.add_argument("--ckpt", required=True, help="train_rm checkpoint, HF dir, .gguf, backbone")
     data_help = "prepared dir, .jsonl(.gz) pairs, RewardBench JSONL, gsm8k:PATH"
@@ -269,13 +273,9 @@ def main(argv=None):
             key = name if name not in per_subset else f"{os.path.basename(path)}:{name}"
             per_subset[key] = scored
         print(f"{spec}: {kind}, {len(source.names)} pairs")
-    per_subset, norm = as_served(per_subset, cal)  # the rewards as the model serves them
     who = dict(ckpt=args.ckpt, head=info["head"], data=args.data, batch_size=batch_size)
-    who.update(length_calibration=cal, reward_normalization=norm)
-    result = write_report(args.out, per_subset, info=who)
-    if args.save_calibration:  # written aside and renamed: the checkpoint is never half-written
-        update_checkpoint(args.ckpt, length_calibration=cal, reward_normalization=norm)
-        print(f"stored in {args.ckpt}: length calibration and reward mean/std ({norm['n']})")
+    ckpt = args.ckpt if args.save_calibration else None  # rewritten atomically, never half
+    result, _ = write_served_report(args.out, per_subset, cal, info=who, ckpt=ckpt)
     print(f"wrote {args.out}/eval.json, reward_hist.png, reward_length.png, reliability.png")
     return result
 

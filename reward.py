@@ -21,17 +21,11 @@ head learns anyway. The beta that matters is DPO's, where the "reward" is
 beta * log(pi / pi_ref) and the policy cannot rescale it freely.
 """
 
-import os
-import re
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from checkpoints import read_checkpoint, transformer_from_state_dict
-from ckpt import is_ours, load_checkpoint, save_checkpoint
-from cli import UsageError
 from data.pairs import packed_attention_mask, packed_block_mask, right_pad
 from model import ModelConfig, Transformer
 
@@ -124,6 +118,20 @@ def pairwise_loss(kind, r_chosen, r_rejected, labels=None, margin=None, center_c
     return loss
 
 
+def pairwise_objective(kind, r_chosen, r_rejected, margin=None, center_coef=0.0):
+    """(pairwise_loss, stats): what a plain reward model's loss() returns. stats hold detached
+    tensors, the ones train_rm.py logs: the rewards, the pairwise loss, the accuracy."""
+    loss = pairwise_loss(kind, r_chosen, r_rejected, margin=margin, center_coef=center_coef)
+    return loss, pair_stats(r_chosen, r_rejected, loss)
+
+
+def pair_stats(r_chosen, r_rejected, rm_loss, **more):
+    """The detached figures every loss() returns beside its objective."""
+    stats = dict(r_chosen=r_chosen, r_rejected=r_rejected, rm_loss=rm_loss, **more)
+    stats["accuracy"] = accuracy(r_chosen, r_rejected)
+    return {k: v.detach() for k, v in stats.items()}
+
+
 def accuracy(r_chosen, r_rejected):
     """Fraction of pairs with r_c > r_r, strictly: a tie is not a correct ranking (a model that
     gives every response 0 would otherwise be 100% accurate)."""
@@ -173,55 +181,23 @@ class ScalarHeadModel(nn.Module):
 
     @classmethod
     def from_backbone_checkpoint(cls, path):
-        """The backbone from any checkpoint checkpoints.py reads (llama2.c, Meta, HF, GGUF);
-        the head is new, unless the file is an HF sequence classifier whose `score.weight`
-        comes in the same read: then it is the head's weight."""
-        config, sd = read_checkpoint(path)
-        score = sd.pop("score.weight", None)
-        model = cls(transformer_from_state_dict(ModelConfig(**config), sd, path))
-        if score is not None:
-            if score.shape != model.head.weight.shape:
-                raise ValueError(f"{path}: score.weight {tuple(score.shape)} is not (1, dim)")
-            with torch.no_grad():  # HF's score has no bias: ours stays 0
-                model.head.weight.copy_(score)
-        return model.eval()
+        """The backbone from any checkpoint nanorm/checkpoints.py reads (llama2.c, Meta, HF,
+        GGUF), a new head (or an HF sequence classifier's `score`): nanorm/ckpt.py's."""
+        from nanorm.ckpt import from_pretrained  # checkpoint formats: read when a file is
 
-    @classmethod
-    def from_checkpoint_dict(cls, ckpt, source):
-        """The model a ckpt.pt's dict holds (ckpt.py reads it): the backbone through the
-        shape and key checks of every loaded checkpoint, then the head(s), strictly."""
-        sd = ckpt["model"]
-        backbone = {k.removeprefix("backbone."): v for k, v in sd.items() if k[:9] == "backbone."}
-        model = cls(transformer_from_state_dict(ModelConfig(**ckpt["config"]), backbone, source))
-        rest = {k: v for k, v in sd.items() if not k.startswith("backbone.")}
-        rest = {re.sub(r"^(value|reward)_head\.", "head.", k): v for k, v in rest.items()}
-        model.load_state_dict(rest, strict=False)  # the heads; the backbone is assigned
-        missing = {k for k in model.state_dict() if not k.startswith("backbone.")} - rest.keys()
-        if missing or rest.keys() - model.state_dict().keys():
-            raise ValueError(f"{source}: its heads {sorted(rest)} do not fit a {cls.__name__}")
-        return model.eval()
+        return from_pretrained(cls, path)
 
     def save(self, path):
+        from nanorm.ckpt import save_checkpoint  # ckpt.pt: written when a file is
+
         save_checkpoint(path, self)
 
     @classmethod
     def load(cls, path):
-        ckpt = load_checkpoint(path)
-        if ckpt["kind"] != cls.__name__:
-            raise ValueError(f"{path} holds a {ckpt['kind']}, not a {cls.__name__}")
-        return cls.from_checkpoint_dict(ckpt, path)
+        """The model a ckpt.pt of this class holds (nanorm/ckpt.py's load_model)."""
+        from nanorm.ckpt import load_model  # ckpt.pt: read when a file is
 
-
-def load_reward_model(path, ckpt=None):
-    """The reward model a ckpt.pt holds (ckpt: its dict, if already read), of the class its
-    "kind" names, or the class that scores for it (SCORED_AS)."""
-    ckpt = ckpt or load_checkpoint(path)
-    kind, drop = SCORED_AS.get(ckpt["kind"], (ckpt["kind"], None))
-    if kind not in KINDS:
-        raise UsageError(f"{path}: kind {ckpt['kind']!r} is not one of {list(KINDS)}")
-    if drop:  # the heads that only training reads
-        ckpt = dict(ckpt, model={k: v for k, v in ckpt["model"].items() if not k.startswith(drop)})
-    return KINDS[kind].from_checkpoint_dict(ckpt, path)
+        return load_model(cls, path)
 
 
 class RewardModel(ScalarHeadModel):
@@ -242,6 +218,40 @@ class RewardModel(ScalarHeadModel):
         tokens, mask = pad_and_concat(chosen, chosen_mask, rejected, rejected_mask)  # (2B, T)
         r = self(tokens, mask)  # (2B,)
         return r[: chosen.size(0)], r[chosen.size(0) :]
+
+    def loss(
+        self,
+        chosen,
+        chosen_mask,
+        rejected,
+        rejected_mask,
+        chosen_response_mask=None,
+        kind="logsig",
+        margin=None,
+        center_coef=0.0,
+    ):
+        """(the objective training minimises, stats) on a right-padded pair batch: the pairwise
+        loss. Each model's objective is its loss(); train_rm.py calls it and nothing else."""
+        r_c, r_r = self.forward_pair(chosen, chosen_mask, rejected, rejected_mask)
+        return pairwise_objective(kind, r_c, r_r, margin, center_coef)
+
+    def loss_packed(
+        self,
+        tokens,
+        segments,
+        positions,
+        chosen_end,
+        rejected_end,
+        kind="logsig",
+        margin=None,
+        center_coef=0.0,
+        flex=False,
+        states=None,
+    ):
+        """loss() on packed rows [prompt | chosen | rejected] (forward_pair_packed's)."""
+        ends = (chosen_end, rejected_end)
+        r_c, r_r = self.forward_pair_packed(tokens, segments, positions, *ends, flex, states)
+        return pairwise_objective(kind, r_c, r_r, margin, center_coef)
 
     def forward_pair_packed(
         self, tokens, segments, positions, chosen_end, rejected_end, flex=False, states=None
@@ -333,34 +343,7 @@ class LMRegularizedRewardModel(RewardModel):
         per_pair = torch.zeros(B, device=ce.device).index_add(0, rows, ce) / n_tokens
         lm_loss = per_pair.mean()
 
-        total = rm_loss + lm_coef * lm_loss
-        stats = {
-            "r_chosen": r_c.detach(),
-            "r_rejected": r_r.detach(),
-            "rm_loss": rm_loss.detach(),
-            "lm_loss": lm_loss.detach(),
-            "accuracy": accuracy(r_c, r_r).detach(),
-        }
-        return total, stats
+        return rm_loss + lm_coef * lm_loss, pair_stats(r_c, r_r, rm_loss, lm_loss=lm_loss)
 
-
-# the classes a ckpt.pt's "kind" names. --length_head's model (length_head.py) scores with its
-# quality head alone, i.e. as a RewardModel: scoring, evaluation and export load it as one.
-KINDS = {"RewardModel": RewardModel, "LMRegularizedRewardModel": LMRegularizedRewardModel}
-SCORED_AS = {"LengthDebiasedRewardModel": ("RewardModel", "length_head.")}
-
-
-# ----------------------------------------------------------------------------- loading
-def load_for_scoring(path):
-    """(model, its ckpt.pt dict) for our checkpoint, or (a RewardModel around any backbone
-    checkpoints.py reads, None): the head is random then, unless an HF classifier's `score`."""
-    if not os.path.exists(path):
-        raise UsageError(f"{path} not found")
-    if is_ours(path):
-        ckpt = load_checkpoint(path)
-        return load_reward_model(path, ckpt), ckpt
-    try:
-        model = RewardModel.from_backbone_checkpoint(path)
-    except ValueError as e:  # the readers' "wrong format, truncated, shapes do not fit"
-        raise UsageError(str(e) if str(path) in str(e) else f"{path}: {e}") from None
-    return model, None
+    def loss_packed(self, *args, **kwargs):
+        raise ValueError("the LM term reads every response token: packed rows are for --lm_coef 0")

@@ -40,29 +40,14 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from cache import open_caches_of
-from calibrate import describe as describe_calibration
-from ckpt import check_tokenizer, resume, save_checkpoint, update_checkpoint
-from cli import (
-    AT_LEAST_1,
-    NON_NEGATIVE,
-    POSITIVE,
-    UsageError,
-    one_of,
-    opt,
-    parse_config,
-    run,
-)
-from data.arith.prepare import built_in
-from data.pairs import bucketed_order, dataset_dir, open_dataset
+from data import UsageError, run
+from data.pairs import DATA, bucketed_order, dataset_dir, open_dataset
 from eval_rm import all_reduce_sum, evaluate, fit_calibration
-from fsdp import full_state, gathered, load_full_state, no_sync, shard
-from length_head import LENGTH_COEF, LengthDebiasedRewardModel
-from lora import add_lora, memory_report
 from model import ModelConfig
-from report import as_served, subsets_of, write_report
-from reward import LOSSES, LMRegularizedRewardModel, RewardModel, accuracy, pairwise_loss
-from runtime import (
+from nanorm.ckpt import check_tokenizer, resume, save_checkpoint
+from nanorm.cli import AT_LEAST_1, NON_NEGATIVE, POSITIVE, one_of, opt, parse_config
+from nanorm.report import subsets_of, write_report, write_served_report
+from nanorm.runtime import (
     Speedometer,
     append_row,
     check_finite,
@@ -72,6 +57,11 @@ from runtime import (
     setup_processes,
     start_log,
 )
+from reward import LOSSES, LMRegularizedRewardModel, RewardModel, accuracy
+
+# A feature behind a flag is imported where its flag is handled, so a default run loads only
+# what it runs: --fsdp (nanorm/fsdp.py), --lora_rank (lora.py), --length_head (length_head.py),
+# --train_layers's cache (cache.py), the built-in data's labelling (data/arith/prepare.py).
 
 EVAL_SHOWN = ("loss", "acc", "margin")  # of evaluate's metrics, printed at each evaluation
 
@@ -117,7 +107,9 @@ class TrainConfig:
     grad_ckpt: bool = opt(False, "activation checkpointing: recompute layers in backward")
     train_layers: int = opt(0, "> 0: train the top N layers, final norm, head", NON_NEGATIVE)
     length_head: bool = opt(False, "ODIN: a second head absorbs response length; the first scores")
-    length_coef: float = opt(LENGTH_COEF, "--length_head: weight of ODIN's decorrelation terms")
+    length_coef: float | None = opt(
+        None, "--length_head: weight of ODIN's terms (default: length_head.LENGTH_COEF)"
+    )
     calibrate_length: bool = opt(False, "fit, store the length calibration (calibrate.py)")
     epochs: int = opt(
         0, "> 0: passes over the pairs (sets --max_iters), eval at each end", NON_NEGATIVE
@@ -147,7 +139,10 @@ def parse_args(argv=None) -> TrainConfig:
 # ----------------------------------------------------------------------------- setup
 def load_data(cfg, proc):
     """(meta.json's dict, train pairs, val pairs)."""
-    if proc.master and cfg.dataset == "arith":
+    built = os.path.exists(os.path.join(DATA, "arith", "meta.json"))
+    if proc.master and cfg.dataset == "arith" and not built:
+        from data.arith.prepare import built_in  # labels pairs with verifiable.py: only if missing
+
         built_in()  # the default data makes itself when missing; rank 0 alone writes it
     if proc.ddp:
         dist.barrier()  # the other ranks wait for it, then everyone reads the same files
@@ -167,6 +162,8 @@ def build_model(cfg, meta):
     """The reward model, on the CPU, its frozen weights marked requires_grad=False."""
     Model = LMRegularizedRewardModel if cfg.lm_coef > 0 else RewardModel
     if cfg.length_head:
+        from nanorm.length_head import LengthDebiasedRewardModel  # --length_head
+
         if Model is not RewardModel:
             raise UsageError("--length_head is a second head of the plain RM: use --lm_coef 0")
         Model = LengthDebiasedRewardModel
@@ -195,6 +192,8 @@ def build_model(cfg, meta):
     if cfg.train_layers:
         train_top_layers(rm, cfg.train_layers)
     if cfg.lora_rank:  # on the trained layers (all, without --train_layers); the head trains
+        from nanorm.lora import add_lora, memory_report  # --lora_rank
+
         n = len(rm.backbone.layers)
         add_lora(rm, cfg.lora_rank, cfg.lora_alpha, range(n - (cfg.train_layers or n), n))
         print(memory_report(rm))
@@ -244,9 +243,11 @@ def open_caches(cfg, proc, rm, train, val, say):
     some and the model reads the last layer at the reward tokens alone (the plain RM, ODIN's; the
     LM term reads every token); else (None, None). A cached run trains and evaluates on packed
     rows, an exact re-layout."""
-    reads_ends = type(rm) in (RewardModel, LengthDebiasedRewardModel)
+    reads_ends = not isinstance(rm, LMRegularizedRewardModel)  # the plain RM's, ODIN's
     if not (cfg.cache and cfg.train_layers and reads_ends and cfg.init != "scratch"):
         return None, None
+    from nanorm.cache import open_caches_of  # --train_layers on a pretrained model
+
     cfg.pack, d = True, dataset_dir(cfg.dataset)
     first = len(rm.backbone.layers) - cfg.train_layers
     return open_caches_of(rm.backbone, cfg.init, d, first, train, val, proc, cfg.cache_dir, say)
@@ -265,40 +266,29 @@ def make_trainer(rm, cfg, proc):
 
 class PairStep(nn.Module):
     """What DDP wraps: it syncs gradients only for work done inside a module's forward().
-    Returns {objective: what backward sees, rm_loss: the pairwise loss alone (comparable with
-    evaluate's), r_chosen, r_rejected}; the LM-regularized model adds its lm_loss."""
+    The objective is the model's own loss() (the pairwise loss, plus the LM term of the
+    LM-regularized model, or ODIN's length terms); this passes the batch and the options
+    through. Returns {objective: what backward sees, rm_loss: the pairwise loss alone
+    (comparable with evaluate's), r_chosen, r_rejected, accuracy, and the model's own terms}."""
 
     def __init__(self, rm, cfg):
         super().__init__()
-        self.rm, self.cfg = rm, cfg
+        self.rm, self.pack = rm, cfg.pack
+        self.options = dict(kind=cfg.loss, margin=cfg.margin, center_coef=cfg.center_coef)
+        if isinstance(rm, LMRegularizedRewardModel):
+            self.options["lm_coef"] = cfg.lm_coef
+        if hasattr(rm, "length_head") and cfg.length_coef is not None:  # --length_head
+            self.options["length_coef"] = cfg.length_coef
 
     def forward(self, b):
-        c, rm = self.cfg, self.rm
-        if isinstance(rm, LMRegularizedRewardModel):
-            pair = (b.chosen, b.chosen_mask, b.rejected, b.rejected_mask, b.chosen_response_mask)
-            objective, stats = rm.loss(*pair, c.lm_coef, c.loss, c.margin, c.center_coef)
-            return dict(stats, objective=objective)
-        if isinstance(rm, LengthDebiasedRewardModel):  # ODIN: the loss sees both heads
-            odin = (c.loss, c.margin, c.center_coef, c.length_coef)
-            if c.pack:
-                row = (b.tokens, b.segments, b.positions, b.chosen_end, b.rejected_end)
-                flex = b.tokens.is_cuda
-                objective, stats = rm.loss_packed(*row, *odin, flex=flex, states=b.states)
-            else:
-                pair = (b.chosen, b.chosen_mask, b.rejected, b.rejected_mask)
-                objective, stats = rm.loss(*pair, b.chosen_response_mask, *odin)
-            return dict(stats, objective=objective)
-        if c.pack:  # one row per pair, the prompt computed once (data/pairs.py pack_pairs)
-            ends = (b.chosen_end, b.rejected_end)
-            r_c, r_r = rm.forward_pair_packed(
-                b.tokens, b.segments, b.positions, *ends, flex=b.tokens.is_cuda, states=b.states
-            )
+        if self.pack:  # one row per pair, the prompt computed once (data/pairs.py pack_pairs)
+            row = (b.tokens, b.segments, b.positions, b.chosen_end, b.rejected_end)
+            flex = b.tokens.is_cuda  # FlexAttention's block mask on CUDA
+            objective, stats = self.rm.loss_packed(*row, **self.options, flex=flex, states=b.states)
         else:
-            r_c, r_r = rm.forward_pair(b.chosen, b.chosen_mask, b.rejected, b.rejected_mask)
-        loss = pairwise_loss(c.loss, r_c, r_r, margin=c.margin, center_coef=c.center_coef)
-        return dict(
-            objective=loss, rm_loss=loss.detach(), r_chosen=r_c.detach(), r_rejected=r_r.detach()
-        )
+            pair = (b.chosen, b.chosen_mask, b.rejected, b.rejected_mask, b.chosen_response_mask)
+            objective, stats = self.rm.loss(*pair, **self.options)
+        return dict(stats, objective=objective)
 
 
 # ----------------------------------------------------------------- the schedule and the batches
@@ -337,7 +327,11 @@ def main(argv=None):
     meta, train, val = load_data(cfg, proc)
     rm = build_model(cfg, meta).to(proc.device)
     if cfg.fsdp:  # before the optimizer, which must hold the shards
+        from nanorm.fsdp import full_state, gathered, load_full_state, no_sync, shard  # --fsdp
+
         shard(rm, proc)
+    if cfg.lora_rank:
+        from nanorm.lora import merged_state_dict  # --lora_rank
     optimizer, params = make_optimizer(rm, cfg, proc.device)
     ckpt_path, log_path = (os.path.join(cfg.out_dir, f) for f in ("ckpt.pt", "log.jsonl"))
     load = load_full_state if cfg.fsdp else None  # a full state, scattered into the shards
@@ -368,6 +362,8 @@ def main(argv=None):
                 say(f"step {step}: eval " + ", ".join(f"{k} {ev[k]:.4f}" for k in EVAL_SHOWN))
                 if step > start_step:  # under FSDP all ranks gather the state, rank 0 writes
                     full = full_state(rm, optimizer) if cfg.fsdp else {}
+                    if cfg.lora_rank:  # the adapters folded in: the checkpoint has HF's keys
+                        full = dict(model_state=merged_state_dict(rm))
                     proc.master and save_checkpoint(
                         ckpt_path, rm, meta, optimizer, step, cfg, **full
                     )
@@ -438,14 +434,9 @@ def finish(cfg, proc, meta, val, ev, rewards, speed, cal=None):
         plot_log(cfg.out_dir)
         subsets = subsets_of(val, meta, rewards, os.path.basename(cfg.dataset))
         write_report(cfg.out_dir, subsets)
-        if cal is not None:
-            print(f"length calibration: {describe_calibration(cal)}; the calibrated rewards:")
-            subsets, norm = as_served(subsets, cal)
-            write_report(
-                os.path.join(cfg.out_dir, "calibrated"), subsets, {"length_calibration": cal}
-            )
-            ckpt = os.path.join(cfg.out_dir, "ckpt.pt")
-            update_checkpoint(ckpt, length_calibration=cal, reward_normalization=norm)
+        if cal is not None:  # the calibrated rewards' report, the calibration stored in ckpt.pt
+            ckpt, calibrated = (os.path.join(cfg.out_dir, f) for f in ("ckpt.pt", "calibrated"))
+            write_served_report(calibrated, subsets, cal, ckpt=ckpt)
         print(
             f"done in {speed.total():.0f}s: held-out accuracy {ev['acc']:.4f}; 'longer response"
             f" wins' {meta.get('length_baseline_val', float('nan')):.3f}; wrote {cfg.out_dir}/"

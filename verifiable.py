@@ -55,10 +55,12 @@ functions decode input_ids[s : e + 1], the end inclusive).
 import re
 from functools import lru_cache
 
-import extract as _extract
-from decimals import close  # a written decimal as a rounded value: that file's policies
-from exact import same_set, split_top, unlabel, wraps
-from extract import (  # noqa: F401 (all re-exported: callers import the extractors from here)
+import nanorm.algebra.extract as _extract
+from nanorm.algebra.decimals import (
+    close,  # a written decimal as a rounded value: that file's policies
+)
+from nanorm.algebra.exact import same_set, split_top, unlabel, wraps
+from nanorm.algebra.extract import (  # noqa: F401 (all re-exported: callers import the extractors from here)
     MAX_ANSWER_CHARS,
     ONE_NUMBER,
     extract_answer_tag,
@@ -66,10 +68,12 @@ from extract import (  # noqa: F401 (all re-exported: callers import the extract
     extract_conclusion,
     extract_gsm8k,
 )
-from matrices import key  # exact.key, with matrix literals and their arithmetic read first
-from named import named, solutions
-from spellings import respell
-from units import COMMAND, attached, drop_text_unit, drop_words, is_percent
+from nanorm.algebra.matrices import (
+    key,  # exact.key, with matrix literals and their arithmetic read first
+)
+from nanorm.algebra.named import named, solutions
+from nanorm.algebra.spellings import respell
+from nanorm.algebra.units import COMMAND, attached, drop_text_unit, drop_words, is_percent
 
 # ------------------------------------------------------------------ canonical strings
 

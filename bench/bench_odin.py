@@ -7,7 +7,7 @@ length head over --length_coef and batch size, per HH-RLHF subset (issue 23).
     nice -n 19 python bench/bench_odin.py --only plain odin0.1   # some of them
     python bench/bench_odin.py --reuse                           # only tabulate and plot the runs done
 
-Each setting is one run of recipes/hh_smollm2.sh (SmolLM2-135M-Instruct, one reward model for
+Each setting is one run of bench/recipes/hh_smollm2.sh (SmolLM2-135M-Instruct, one reward model for
 the four shared HH-RLHF subsets, 800 training pairs per subset, the top 4 layers trained from
 the frozen layers' cache) at configuration C of the README (2 epochs, lr 5e-5, head lr 1e-3),
 with --calibrate_length, so every run also yields its calibrated rewards (OUT/calibrated/). The
@@ -49,7 +49,7 @@ def run(name, out):
     extra = "" if coef is None else f"--length_head --length_coef {coef:g}"
     env = dict(os.environ, **RECIPE, OUT=out, BATCH=str(batch), EXTRA=extra)
     with open(f"{out}.log", "w") as log:
-        cmd = ["nice", "-n", "19", "bash", "recipes/hh_smollm2.sh"]
+        cmd = ["nice", "-n", "19", "bash", "bench/recipes/hh_smollm2.sh"]
         subprocess.run(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, check=True)
 
 

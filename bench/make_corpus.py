@@ -96,9 +96,9 @@ def cut(text, layout):
 def generate(args):
     import torch
 
-    from checkpoints import load_transformer
     from data.chat import chat_format
     from data.tokenizer import load_tokenizer
+    from nanorm.checkpoints import load_transformer
 
     torch.set_num_threads(1)
     model = load_transformer(GGUF)

@@ -1,7 +1,7 @@
 """
 Byte-level BPE (GPT-2, Llama 3, SmolLM2) in plain Python, read from a GGUF file or a Hugging Face
-tokenizer.json, giving the same ids as Hugging Face `tokenizers`. Writing one as a tokenizer.json
-is export_hf.py's (bpe_tokenizer_files).
+tokenizer.json, giving the same ids as Hugging Face `tokenizers`. Written back as a tokenizer.json
+by bpe_tokenizer_files (last section), for exports and checkpoints.
 
     from data.bpe import BPETokenizer
     tok = BPETokenizer.from_gguf("../shared/data/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -40,8 +40,6 @@ import re
 import unicodedata
 from functools import lru_cache
 from pathlib import Path
-
-from gguf_reader import read_gguf_metadata
 
 # HF ByteLevel(use_regex=True)'s pattern, which is GPT-2's
 GPT2_PATTERN = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
@@ -251,6 +249,8 @@ class BPETokenizer:
     @classmethod
     def from_gguf(cls, path: str | os.PathLike) -> "BPETokenizer":
         """The tokenizer in a GGUF file's metadata (`tokenizer.ggml.*`), model "gpt2"."""
+        from nanorm.gguf_reader import read_gguf_metadata  # the GGUF format, read for its file
+
         meta = read_gguf_metadata(path)
         model = meta.get("tokenizer.ggml.model")
         if model != "gpt2":
@@ -398,3 +398,103 @@ def _post_processor_bos(post: dict | None) -> str | None:
         first = post["single"][0]
         return first["SpecialToken"]["id"] if "SpecialToken" in first else None
     return None
+
+
+# ----------------------------------------------------------------------------- as Hugging Face files
+def bpe_tokenizer_json(tok):
+    """A BPETokenizer as a Hugging Face tokenizer.json dict, which `tokenizers` reads back to
+    the same ids: every split pattern becomes a Split (Isolated) step before a ByteLevel that
+    only maps bytes (use_regex false), so a .gguf's pre-tokenizer (SmolLM2's digit split
+    included) survives; the special tokens are added tokens; bos/eos/pad and the chat template
+    are not in this file (they go to tokenizer_config.json, see hf_tokenizer_config)."""
+    split = lambda p: {
+        "type": "Split",
+        "pattern": {"Regex": p},
+        "behavior": "Isolated",
+        "invert": False,
+    }
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True}
+    post = None
+    if tok.add_bos_token and tok.bos_id is not None:  # the BOS the file asked for
+        bos = tok.pieces[tok.bos_id]
+        first = {"SpecialToken": {"id": bos, "type_id": 0}}
+        post = {
+            "type": "TemplateProcessing",
+            "single": [first, {"Sequence": {"id": "A", "type_id": 0}}],
+            "pair": [
+                first,
+                {"Sequence": {"id": "A", "type_id": 0}},
+                first,
+                {"Sequence": {"id": "B", "type_id": 1}},
+            ],
+            "special_tokens": {bos: {"id": bos, "ids": [tok.bos_id], "tokens": [bos]}},
+        }
+    added = [
+        dict(
+            id=i,
+            content=t,
+            single_word=False,
+            lstrip=False,
+            rstrip=False,
+            normalized=False,
+            special=True,
+        )
+        for t, i in sorted(tok.special_tokens.items(), key=lambda kv: kv[1])
+    ]
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": None,
+        "pre_tokenizer": {
+            "type": "Sequence",
+            "pretokenizers": [*map(split, tok.patterns), dict(byte_level, use_regex=False)],
+        },
+        "post_processor": post,
+        "decoder": dict(byte_level, use_regex=True),
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": tok.ignore_merges,
+            "vocab": {p: i for i, p in enumerate(tok.pieces) if p is not None},
+            "merges": [list(m) for m in tok.merges],
+        },
+    }
+
+
+def hf_tokenizer_config(tok, pad_id=None):
+    """tokenizer_config.json beside bpe_tokenizer_json's file: the special tokens by their text
+    and the chat template, which BPETokenizer.from_hf and AutoTokenizer read. pad_id, if given,
+    replaces the tokenizer's own."""
+    text = lambda i: None if i is None else tok.pieces[i]
+    pad_id = tok.pad_id if pad_id is None else pad_id
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": text(tok.bos_id),
+        "eos_token": text(tok.eos_id),
+        "pad_token": text(pad_id),
+        "add_bos_token": tok.add_bos_token,
+        "padding_side": "right",
+        "clean_up_tokenization_spaces": False,
+        "model_max_length": 1 << 30,
+    }
+    if tok.chat_template is not None:
+        config["chat_template"] = tok.chat_template
+    return config
+
+
+def bpe_tokenizer_files(tok, pad_id=None):
+    """{file name: bytes}: a BPETokenizer as tokenizer.json + tokenizer_config.json, which
+    BPETokenizer.from_hf, `tokenizers` and AutoTokenizer read back to the same ids. What an
+    export writes (nanorm/export_hf.py) and what a checkpoint carries (nanorm/ckpt.py)."""
+    files = {
+        "tokenizer.json": bpe_tokenizer_json(tok),
+        "tokenizer_config.json": hf_tokenizer_config(tok, pad_id),
+    }
+    return {k: json.dumps(v, ensure_ascii=False, indent=1).encode() for k, v in files.items()}

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch.nn.attention.flex_attention import create_block_mask
 from torch.nn.utils.rnn import pad_sequence
 
-from cli import UsageError, atomic_write
+from data import UsageError, atomic_write
 from data.chat import ChatFormat
 
 

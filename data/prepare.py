@@ -45,7 +45,7 @@ from collections import Counter
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the root
 
-from cli import ArgumentParser, UsageError, run
+from data import ArgumentParser, UsageError, run
 from data.chat import chat_format
 from data.pairs import encode_pair, length_heuristics, write_pairs
 from data.rows import BadRowError, read_pairs

@@ -22,7 +22,7 @@ import gzip
 import json
 import os
 
-from cli import UsageError
+from data import UsageError
 
 ASSISTANT = "\n\nAssistant:"
 

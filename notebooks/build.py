@@ -10,7 +10,7 @@ Edit the sources, never the .ipynb files: a source is a plain Python file in the
 format (the one jupytext and VS Code read). `# %%` starts a code cell; `# %% [markdown]` starts
 a markdown cell whose lines are comments ("# " is stripped). Review the sources in a diff; run
 this script to refresh the outputs before a commit. Needs nbformat, nbclient and ipykernel
-(requirements-dev.txt); each notebook runs with notebooks/ as its working directory.
+(tests/requirements.txt); each notebook runs with notebooks/ as its working directory.
 """
 
 import argparse

@@ -11,9 +11,9 @@ import torch
 from conftest import shared_path
 
 import train_rm
-from cache import FrozenCache, build, cache_key
 from data.pairs import PairDataset, packed_attention_mask, write_pairs
 from model import ModelConfig
+from nanorm.cache import FrozenCache, build, cache_key
 from reward import RewardModel, pairwise_loss
 
 V = 97
@@ -152,7 +152,7 @@ def test_length_head_trains_from_the_cache(data, tmp_path):
     """ODIN's packed loss reads the last layer at the reward tokens only, so it starts from the
     cached states too: the loss and gradients of computing the frozen layers again (to the
     rounding of float16)."""
-    from length_head import LengthDebiasedRewardModel
+    from nanorm.length_head import LengthDebiasedRewardModel
 
     torch.manual_seed(0)
     cfg = ModelConfig(dim=48, n_layers=3, n_heads=4, n_kv_heads=2, vocab_size=V, hidden_dim=96)
@@ -185,10 +185,10 @@ def test_train_rm_calibrate_length_fits_on_the_training_pairs(arith, tmp_path):
     """--calibrate_length: the line of reward on log length over the TRAINING pairs' rewards
     (scored from the cache), stored in ckpt.pt with the held-out mean/std, and the calibrated
     report in out/calibrated/ equals eval_rm.py's on the same checkpoint."""
-    import calibrate
     import eval_rm
-    import report
-    from reward import load_for_scoring
+    import nanorm.calibrate as calibrate
+    import nanorm.report as report
+    from nanorm.ckpt import load_for_scoring
 
     out = tmp_path / "a"
     run(arith, out, "--max_iters", 4, "--calibrate_length", "--eval_interval", 1000)

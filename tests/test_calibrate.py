@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-import calibrate
 import eval_rm
-import report
-import reward
+import nanorm.calibrate as calibrate
+import nanorm.report as report
 import train_rm
 from data.arith.prepare import main as prepare_arith
 from data.pairs import PairDataset
-from score import main as score_main
+from nanorm.ckpt import load_for_scoring
+from nanorm.score import main as score_main
 
 
 def test_fit_recovers_the_slope_and_removes_the_correlation():
@@ -91,7 +91,7 @@ def test_stored_calibration_is_served_alike_everywhere(run, tmp_path, capsys):
         + ["--calibration_data", data, "--save_calibration"]
     )
     # the fit is on the TRAINING pairs: the same numbers from their rewards, scored here
-    rm, _ = reward.load_for_scoring(original)
+    rm, _ = load_for_scoring(original)
     train = PairDataset(f"{data}/train.npz")
     _, r = eval_rm.evaluate(rm, train, 2, 64, return_rewards=True)
     want = calibrate.fit_length(r, report.response_lengths(train, len(train)))

@@ -12,7 +12,7 @@ import torch
 from conftest import ROOT
 
 import train_rm
-from cli import UsageError, run
+from data import UsageError, run
 from data.arith.prepare import main as prepare_arith
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
@@ -21,7 +21,11 @@ TINY = ["--max_iters", 1, "--eval_interval", 1, "--batch_size", 4, "--eval_pairs
 
 
 def cli(script, *args):
-    cmd = [sys.executable, str(ROOT / script), *map(str, args)]
+    # a library script (nanorm/x.py) runs as python -m nanorm.x, as its docstring says
+    where = (
+        ["-m", script[:-3].replace("/", ".")] if script.startswith("nanorm/") else [ROOT / script]
+    )
+    cmd = [sys.executable, *map(str, where), *map(str, args)]
     return subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
 
 
@@ -173,7 +177,7 @@ def test_truncated_checkpoint_is_named_corrupt(first_run, tmp_path):
     p = cli("train_rm.py", "--out_dir", out, "--resume", *TINY)
     refused(p, f"{out / 'ckpt.pt'} is corrupt (truncated")
     assert (out / "ckpt.pt").read_bytes() == before
-    p = cli("score.py", "--ckpt", out / "ckpt.pt", "--response", "hi")
+    p = cli("nanorm/score.py", "--ckpt", out / "ckpt.pt", "--response", "hi")
     refused(p, f"{out / 'ckpt.pt'} is corrupt (truncated")
 
 
@@ -204,11 +208,11 @@ def test_train_layers_beyond_the_model(capsys, tmp_path):
 
 
 def test_reward_and_eval_cli_errors(first_run, tmp_path):
-    p = cli("score.py", "--ckpt", tmp_path / "none.pt", "--response", "hi")
+    p = cli("nanorm/score.py", "--ckpt", tmp_path / "none.pt", "--response", "hi")
     refused(p, f"{tmp_path / 'none.pt'} not found")
     rows = tmp_path / "pairs.jsonl"
     rows.write_bytes(b'{"prompt": "1 + 1", "chosen": " 2", "rejected": " 3"}\n{"prompt": 1}\n')
-    p = cli("score.py", "--ckpt", first_run / "ckpt.pt", "--pairs", rows)
+    p = cli("nanorm/score.py", "--ckpt", first_run / "ckpt.pt", "--pairs", rows)
     refused(p, "accuracy on pairs is eval_rm.py's: python eval_rm.py --ckpt")
     ev = ["eval_rm.py", "--ckpt", first_run / "ckpt.pt", "--out", tmp_path / "ev", "--data"]
     p = cli(*ev, rows)  # evaluation skips a bad row, and says which
@@ -240,7 +244,7 @@ def test_arith_prepare_ranges(capsys, tmp_path, argv, words):
 
 
 def test_sample_cli_errors(first_run, tmp_path, capsys):
-    import sample
+    import nanorm.sample as sample
 
     for argv, words in (
         (["--max_new_tokens", -1], ["--max_new_tokens must be >= 0, got -1"]),
@@ -251,7 +255,9 @@ def test_sample_cli_errors(first_run, tmp_path, capsys):
         refused_in_process(capsys, sample.main, argv, *words)
     data = (first_run / "ckpt.pt").read_bytes()
     (tmp_path / "cut.pt").write_bytes(data[: len(data) // 3])
-    p = cli("sample.py", "--ckpt", tmp_path / "cut.pt", "--tokenizer", tmp_path / "cut.pt")
+    p = cli("nanorm/sample.py", "--ckpt", tmp_path / "cut.pt", "--tokenizer", tmp_path / "cut.pt")
     refused(p, f"{tmp_path / 'cut.pt'} is corrupt (truncated")
-    p = cli("sample.py", "--ckpt", first_run / "ckpt.pt", "--tokenizer", tmp_path / "tok.model")
+    p = cli(
+        "nanorm/sample.py", "--ckpt", first_run / "ckpt.pt", "--tokenizer", tmp_path / "tok.model"
+    )
     refused(p, f"{tmp_path / 'tok.model'} not found")

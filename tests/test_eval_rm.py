@@ -12,9 +12,9 @@ import pytest
 import torch
 from conftest import pad, shared_path, tiny_model
 
-import calibrate
 import eval_rm
-import report
+import nanorm.calibrate as calibrate
+import nanorm.report as report
 import train_rm
 from data import sources
 from data.arith.prepare import main as prepare_arith

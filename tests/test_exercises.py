@@ -1,4 +1,4 @@
-"""exercises/: every solution passes its checker, every blank template fails it, and the checker
+"""notebooks/exercises/: every solution passes its checker, every blank template fails it, and the checker
 gives the advertised hint for the classic mistakes."""
 
 import subprocess
@@ -10,28 +10,30 @@ import torch
 import torch.nn.functional as F
 from conftest import ROOT
 
-sys.path.insert(0, str(ROOT / "exercises"))
-import check  # exercises/check.py
+sys.path.insert(0, str(ROOT / "notebooks" / "exercises"))
+import check  # notebooks/exercises/check.py
 
 NAMES = list(check.EXERCISES)
 
 
 def test_every_exercise_has_a_template_and_a_solution():
     for name in NAMES:
-        assert (ROOT / "exercises" / f"{name}.py").is_file(), name
-        assert (ROOT / "exercises" / "solutions" / f"{name}.py").is_file(), name
+        assert (ROOT / "notebooks" / "exercises" / f"{name}.py").is_file(), name
+        assert (ROOT / "notebooks" / "exercises" / "solutions" / f"{name}.py").is_file(), name
     assert len(NAMES) >= 5
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_solution_passes(name):
-    passed, message = check.check(check.load(ROOT / "exercises" / "solutions" / f"{name}.py"), name)
+    passed, message = check.check(
+        check.load(ROOT / "notebooks" / "exercises" / "solutions" / f"{name}.py"), name
+    )
     assert passed, message
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_blank_template_fails(name):
-    path = ROOT / "exercises" / f"{name}.py"
+    path = ROOT / "notebooks" / "exercises" / f"{name}.py"
     assert "TODO" in path.read_text()
     passed, message = check.check(check.load(path), name)
     assert not passed and message.startswith("not implemented yet"), message
@@ -82,7 +84,9 @@ def test_checker_hints_at_the_mistake(name, module, hint):
 
 def test_command_line():
     run = lambda *a: subprocess.run(
-        [sys.executable, str(ROOT / "exercises" / "check.py"), *a], capture_output=True, text=True
+        [sys.executable, str(ROOT / "notebooks" / "exercises" / "check.py"), *a],
+        capture_output=True,
+        text=True,
     )
     ok = run("--solutions")
     assert ok.returncode == 0 and f"{len(NAMES)}/{len(NAMES)} passed" in ok.stdout, ok.stdout

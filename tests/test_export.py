@@ -8,9 +8,9 @@ import pytest
 import torch
 from conftest import pad, shared_path, tiny_model
 
-from checkpoints import _unpermute
-from ckpt import checkpoint_tokenizer, tokenizer_files
-from export_hf import permute_to_hf
+from nanorm.checkpoints import _unpermute
+from nanorm.ckpt import checkpoint_tokenizer, tokenizer_files
+from nanorm.export_hf import permute_to_hf
 from reward import RewardModel
 
 GGUF = ("smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -42,7 +42,7 @@ def bpe_tok():
 
 
 def export(model, tok, meta, out):
-    from export_hf import export_hf
+    from nanorm.export_hf import export_hf
 
     return export_hf(model, str(out), tok, meta)
 
@@ -162,7 +162,7 @@ def test_export_refuses_a_head_bias(tmp_path):
 def test_cli_export_from_a_checkpoint_that_carries_its_tokenizer(sp_tok, tmp_path):
     """A train_rm-style checkpoint whose tokenizer file is gone: scoring and export still work,
     and a tokenizer that does not match the recorded fingerprint is refused."""
-    import score
+    import nanorm.score as score
     from data.tokenizer import tokenizer_fingerprint
 
     tok = sp_tok

@@ -24,8 +24,7 @@ from data.pairs import (
     write_pairs,
 )
 from data.rows import read_pairs
-from layout import padding_mask
-from model import ModelConfig, Transformer, apply_rope
+from model import ModelConfig, Transformer, apply_rope, padding_mask
 from reward import RewardModel, pairwise_loss, score_last_token
 
 V, PAD = 97, 0
@@ -387,7 +386,7 @@ def test_bucketed_batches_give_the_unbucketed_losses(dataset):
 
 # ---------------------------------------------------------------- MFU and the benchmark's peer
 def test_estimate_mfu_by_hand():
-    from runtime import estimate_mfu
+    from nanorm.runtime import estimate_mfu
 
     cfg = ModelConfig(dim=288, n_layers=6, n_heads=6, max_seq_len=256)  # head_dim 48
     N = 7_000_000

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-import gguf_reader
+import nanorm.gguf_reader as gguf_reader
 
 SMOL = (
     Path(__file__).resolve().parents[1].parent
@@ -161,8 +161,8 @@ def smol():
         pytest.skip(f"{SMOL} absent: this test needs the shared SmolLM2 GGUF file")
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("gguf", reason="transformers reads GGUF through the gguf package")
-    from checkpoints import transformer_from_state_dict
     from model import ModelConfig
+    from nanorm.checkpoints import transformer_from_state_dict
 
     t0 = time.perf_counter()
     kw, sd = gguf_reader.load_gguf_checkpoint(SMOL)

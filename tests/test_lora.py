@@ -10,9 +10,9 @@ import torch.multiprocessing as mp
 from conftest import pad, shared_path
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from checkpoints import load_transformer
-from lora import LoRALinear, add_lora, memory_report, memory_stats, merge_lora
 from model import ModelConfig, Transformer
+from nanorm.checkpoints import load_transformer
+from nanorm.lora import LoRALinear, add_lora, memory_report, memory_stats, merge_lora
 from reward import RewardModel, pairwise_loss
 
 CFG = dict(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=97, max_seq_len=64)

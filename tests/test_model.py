@@ -8,8 +8,8 @@ import pytest
 import torch
 from conftest import shared_path
 
-from checkpoints import load_transformer, read_checkpoint
 from model import ModelConfig, Transformer
+from nanorm.checkpoints import load_transformer, read_checkpoint
 
 # karpathy/llama2.c test_all.py expected_stdout: `run stories260K.bin -z tok512.bin -t 0.0 -n 200`
 STORIES260K_GREEDY = (
@@ -160,8 +160,8 @@ def test_stories260k_greedy_matches_llama2c():
 
 
 def test_sample_prints_the_stories260k_story(capsys):
-    """python sample.py, as a function: the same story, byte for byte, after the config line."""
-    import sample
+    """python -m nanorm.sample, as a function: the same story, byte for byte, after the config line."""
+    import nanorm.sample as sample
 
     sample.main([])
     config_line, story = capsys.readouterr().out.split("\n", 1)

@@ -81,7 +81,7 @@ def run_the_four_commands(tmp_path, prepare_args, train_args):
         assert m["longer_wins"] == pytest.approx(meta["subsets"][name]["longer_wins_val"], abs=1e-4)
     assert report["overall"]["accuracy"] == pytest.approx(final["acc"])  # the same rewards
 
-    sh("score.py", "--ckpt", out / "ckpt.pt", "--export_hf", out / "hf")
+    sh("-m", "nanorm.score", "--ckpt", out / "ckpt.pt", "--export_hf", out / "hf")
     config = json.loads((out / "hf" / "config.json").read_text())
     assert config["architectures"] == ["LlamaForSequenceClassification"]
     assert config["num_labels"] == 1

@@ -8,7 +8,7 @@ import os
 import pytest
 from conftest import shared_path
 
-from cli import UsageError
+from data import UsageError
 from data.hh_rlhf.prepare import main as prepare
 from data.pairs import PairDataset
 from data.prepare import main as prepare_any

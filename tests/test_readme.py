@@ -1,6 +1,6 @@
 """The README's commands as written: every `python X.py --flag` in its bash blocks names a script
 that exists and flags that script accepts (its --help lists them), and the quick ones run.
-The long ones run elsewhere: `python train_rm.py` in .ci/run, `python exercises/check.py` in
+The long ones run elsewhere: `python train_rm.py` in .ci/run, `python notebooks/exercises/check.py` in
 test_exercises.py, the "own data" commands in
 test_own_data.py, the recipe and the benchmarks by hand (their figures are in the README)."""
 
@@ -15,7 +15,7 @@ from conftest import ROOT, SHARED
 
 ENV = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
 # run as written: they finish in seconds and write nothing outside /tmp or out/
-QUICK = ["python sample.py", "python train_rm.py --help"]
+QUICK = ["python -m nanorm.sample", "python train_rm.py --help"]
 
 
 def commands():
@@ -37,6 +37,9 @@ def python_calls(cmd):
         words = [w for w in words if "=" not in w or w.startswith("-")]  # drop VAR=value
         if len(words) >= 2 and words[0] == "python" and words[1].endswith(".py"):
             yield words[1], [w.split("=")[0] for w in words[2:] if w.startswith("--")]
+        if len(words) >= 3 and words[:2] == ["python", "-m"] and words[2].startswith("nanorm."):
+            script = words[2].replace(".", "/") + ".py"  # a library script, run as a module
+            yield script, [w.split("=")[0] for w in words[3:] if w.startswith("--")]
         if words[:1] == ["torchrun"]:
             script = next((w for w in words if w.endswith(".py")), None)
             i = words.index(script)
@@ -45,8 +48,9 @@ def python_calls(cmd):
 
 @cache
 def accepted(script):
+    how = ["-m", script[:-3].replace("/", ".")] if script.startswith("nanorm/") else [script]
     p = subprocess.run(
-        [sys.executable, script, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
+        [sys.executable, *how, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert p.returncode == 0, (script, p.stderr[-500:])
     return set(re.findall(r"--[a-z_]+", p.stdout))
@@ -68,8 +72,8 @@ def test_every_flag_exists(cmd):
 @pytest.mark.parametrize("cmd", QUICK)
 def test_quick_commands_run_as_written(cmd):
     assert cmd in commands(), f"{cmd!r} is no longer in the README"
-    if "sample.py" in cmd and not (SHARED / "llama2c").exists():
-        pytest.skip("sample.py's default checkpoint is in ../shared/data")
+    if "nanorm.sample" in cmd and not (SHARED / "llama2c").exists():
+        pytest.skip("nanorm.sample's default checkpoint is in ../shared/data")
     p = subprocess.run(
         cmd,
         shell=True,

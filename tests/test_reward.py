@@ -10,14 +10,9 @@ from conftest import CHOSEN, PROMPTS, REJECTED, pad, shared_path, tiny_config, t
 
 import reward
 from model import Transformer
-from reward import (
-    LMRegularizedRewardModel,
-    RewardModel,
-    accuracy,
-    load_reward_model,
-    pairwise_loss,
-)
-from score import main
+from nanorm.ckpt import load_reward_model
+from nanorm.score import main
+from reward import LMRegularizedRewardModel, RewardModel, accuracy, pairwise_loss
 
 V, EOS = 61, 2
 tiny = tiny_model  # RewardModel or LMRegularizedRewardModel as its first argument

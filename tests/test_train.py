@@ -16,7 +16,7 @@ from conftest import ROOT, tiny_model
 import train_rm
 from data.arith.prepare import main as prepare_arith
 from data.pairs import PairDataset
-from reward import load_reward_model
+from nanorm.ckpt import load_reward_model
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the project root
 
-from cli import ArgumentParser, UsageError, run
+from data import ArgumentParser, UsageError, run
 from data.pairs import encode_pair, length_heuristics, write_pairs
 from data.tokenizer import SentencePieceTokenizer, tokenizer_fingerprint, train_sentencepiece
 from verifiable import gsm8k_reward

@@ -31,7 +31,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the project root
 
-from cli import ArgumentParser, UsageError, atomic_write, run
+from data import ArgumentParser, UsageError, atomic_write, run
 from data.prepare import add_arguments, check_arguments, find_sources, prepare
 
 SUBSETS = ("helpful-base", "harmless-base", "helpful-online", "helpful-rejection-sampled")

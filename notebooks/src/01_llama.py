@@ -26,9 +26,9 @@ import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 
-from checkpoints import load_transformer
+from nanorm.checkpoints import load_transformer
 from data.tokenizer import load_tokenizer
-from layout import padding_mask
+from model import padding_mask
 from model import (
     Attention,
     FeedForward,

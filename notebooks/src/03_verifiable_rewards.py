@@ -28,7 +28,8 @@ import train_rm
 from data.arith.prepare import built_in
 from data.pairs import PairDataset
 from data.tokenizer import load_tokenizer
-from reward import accuracy, load_reward_model
+from reward import accuracy
+from nanorm.ckpt import load_reward_model
 from verifiable import (
     answers_match,
     extract_answer,

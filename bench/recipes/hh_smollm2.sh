@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# SmolLM2-135M-Instruct -> ONE reward model for all four shared HH-RLHF subsets, on a 2-core CPU.
+#
+#   bash bench/recipes/hh_smollm2.sh                       # reads ../shared/data, writes out/hh-smollm2/
+#   /usr/bin/time -v bash bench/recipes/hh_smollm2.sh      # with its wall time and peak memory
+#   GGUF=path/to/SmolLM2-135M-Instruct.Q4_1.gguf HH=path/to/hh-rlhf bash bench/recipes/hh_smollm2.sh
+#   EPOCHS=3 LR=5e-5 HEAD_LR=1e-3 OUT=out/hh-x bash bench/recipes/hh_smollm2.sh   # another setting
+#
+# Without the shared data: HH-RLHF's files are at
+#   https://huggingface.co/datasets/Anthropic/hh-rlhf (<subset>/test.jsonl.gz, train.jsonl.gz)
+# and any SmolLM2-135M-Instruct .gguf (F32/F16/BF16/Q8_0/Q4_0/Q4_1 tensors) or Hugging Face
+# directory (config.json + model.safetensors + tokenizer.json) works as GGUF=...
+#
+#   1. prepare.py renders all four subsets' pairs (8,552) in SmolLM2's ChatML layout with its own
+#      byte-level BPE vocabulary (read from the .gguf), the reward read at the <|im_end|> that
+#      ends the response, holds out a fixed, seeded 20% of EACH subset (1,699 pairs), and keeps
+#      MAX_TRAIN of each subset's other pairs to train on (all of them: MAX_TRAIN=100000).
+#   2. train_rm.py trains the top LAYERS of SmolLM2's 30 layers and a scalar head, one model on
+#      the union of the four training parts, for EPOCHS passes. The bottom layers are frozen:
+#      their output is computed once per pair and cached on disk (cache.py, in the dataset's
+#      cache/ folder; a second run with the same data and checkpoint reuses it), so a pass costs
+#      the top layers only. Each pair is one packed row [prompt | chosen | rejected].
+#   3. The held-out pairs of every subset are scored at each epoch's end; the last evaluation
+#      writes OUT/eval.json (per subset) and its plots, and the summary below.
+#   4. --calibrate_length: the line of reward on log(response tokens) is fitted on the training
+#      pairs' rewards and stored in ckpt.pt (score.py and eval_rm.py then serve r minus it);
+#      OUT/calibrated/eval.json is the held-out report of the calibrated rewards.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+GGUF=${GGUF:-../shared/data/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf}
+HH=${HH:-../shared/data/hh-rlhf}
+OUT=${OUT:-out/hh-smollm2}
+DATA=${DATA:-data/hh_rlhf/smollm2-hh}
+LAYERS=${LAYERS:-4}
+EPOCHS=${EPOCHS:-2}
+LR=${LR:-3e-5}
+HEAD_LR=${HEAD_LR:-0}
+BATCH=${BATCH:-8}
+MAX_LEN=${MAX_LEN:-320}
+MAX_TRAIN=${MAX_TRAIN:-800}  # training pairs per subset: the frozen layers' cache fits the hour
+CALIBRATE=${CALIBRATE:-true}  # also fit the length calibration on the training pairs (calibrate.py)
+EXTRA=${EXTRA:-}            # e.g. EXTRA="--length_head --length_coef 0.03" (ODIN, length_head.py)
+
+if [ ! -f "$DATA/meta.json" ]; then  # prepared once; later runs (other settings) reuse it
+    python data/hh_rlhf/prepare.py --src "$HH" --tokenizer "$GGUF" --max_len "$MAX_LEN" \
+        --max_train "$MAX_TRAIN" --out_dir "$DATA"
+fi
+python train_rm.py --init "$GGUF" --dataset "$DATA" --out_dir "$OUT" --overwrite \
+    --lm_coef 0 --pack --train_layers "$LAYERS" --batch_size "$BATCH" --epochs "$EPOCHS" \
+    --lr "$LR" --min_lr "$(python -c "print($LR / 10)")" --head_lr "$HEAD_LR" --warmup 20 \
+    --weight_decay 0 --eval_first false --eval_interval 100000 --eval_pairs 100000 \
+    --log_interval 50 --calibrate_length "$CALIBRATE" $EXTRA
+python - "$OUT" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+print(f"{'model':11s} {'subset':26s} {'n':>5s} {'acc':>6s} {'longer':>7s} {'len_bal':>7s} "
+      f"{'acc_long':>8s} {'acc_short':>9s} {'len_corr':>8s}")
+for model, path in (("as trained", "eval.json"), ("calibrated", "calibrated/eval.json")):
+    if not os.path.exists(f"{out}/{path}"):
+        continue
+    res = json.load(open(f"{out}/{path}"))
+    for s, m in {**res["subsets"], "overall": res["overall"]}.items():
+        num = lambda k, f: format(m[k], f) if m.get(k) is not None else "n/a"
+        print(f"{model:11s} {s:26s} {m['n']:5d} {m['accuracy']:6.3f} {m['longer_wins']:7.3f} "
+              f"{num('length_balanced_accuracy', '7.3f'):>7s} {num('acc_chosen_longer', '8.3f'):>8s} "
+              f"{num('acc_chosen_shorter', '9.3f'):>9s} {num('length_corr', '+8.3f'):>8s}")
+PY

@@ -1,0 +1,26 @@
+"""
+nanorm: what the concept files at the top (model.py, reward.py, critic.py, verifiable.py,
+train_rm.py, eval_rm.py, data/) lean on, one concept per file. A first reading can skip it all.
+
+    ckpt.py          our ckpt.pt: what it holds, atomic save, checked load, --resume; loading a
+                     reward model, critic or backbone from any checkpoint
+    checkpoints.py   foreign checkpoints (llama2.c .bin/.pt, Meta, Hugging Face, .gguf) -> a LLaMA
+    gguf_reader.py   llama.cpp's GGUF format: metadata, tensors, dequantization
+    export_hf.py     a trained reward model as an HF LlamaForSequenceClassification directory
+    score.py         score a response, or export (python -m nanorm.score)
+    sample.py        generate text from any checkpoint (python -m nanorm.sample)
+    cache.py         frozen bottom layers computed once per pair (--train_layers)
+    lora.py          LoRA adapters (--lora_rank), merged into the checkpoint
+    fsdp.py          sharding the model over the ranks (--fsdp)
+    length_head.py   ODIN's length head (--length_head)
+    calibrate.py     post-hoc length calibration and reward normalization
+    report.py        what an evaluation reports: accuracy against length heuristics, plots
+    runtime.py       a run's plumbing: processes under torchrun, out_dir, log, curves, speed
+    cli.py           options as a dataclass, checked; torch files read safely; devices
+    algebra/         the exact algebra verifiable.py compares answers with (pure Python)
+
+Imports go one way: these files import the concept files, never the reverse. A concept file
+reaches in here only where a file format is read or written (a checkpoint, a .gguf tokenizer),
+inside that function; verifiable.py's algebra is its own subfolder, imported by it alone.
+Scripts here run as modules from the project root: `python -m nanorm.score --help`.
+"""

@@ -1,0 +1,168 @@
+"""
+Frozen layers computed once. With `--train_layers k` the bottom n - k layers of the backbone never
+change, so neither does their output for a given pair: train_rm.py computes it once per pair,
+keeps it on disk, and every step (every epoch) trains the top k layers and the head from it.
+
+    python train_rm.py --init model.gguf --dataset DIR --train_layers 4 --epochs 3   # cache on
+    python train_rm.py ... --train_layers 4 --cache false                             # recompute
+
+    train_cache, val_cache = open_caches_of(rm.backbone, init, dataset_dir, first, train, val, ...)
+    b = train.collate_packed(idx, pad_id, train_cache)   # b.states: (first, (B, T, dim))
+    r_c, r_r = rm.forward_pair_packed(..., states=b.states)
+
+What is stored: each pair's packed row [prompt | chosen | rejected] (data/pairs.pack_pairs: the
+prompt once) through layers[:first], real tokens only, as float16 (bfloat16 if a value would
+overflow float16), in one memory-mapped file per split with the row offsets beside it: about
+2 * dim bytes per token. The forward from there is model.py's forward with
+layers=(first, n_layers): the same layers and layout as recomputing, so the loss and gradients
+equal recomputation up to the rounding of the stored states (tests/test_cache.py).
+
+Where: <dataset>/cache/<key>/, key = a hash of the checkpoint's and the dataset files' contents
+(sampled, see cache_key) and `first`. A later run with the same checkpoint and data reuses it,
+also after the files were copied, moved or downloaded again; another checkpoint, changed data or
+another k builds a new one. Built by rank 0 alone (the others
+wait): simple, and the build is a forward pass, cheaper than the training it saves.
+"""
+
+import hashlib
+import json
+import os
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from data import atomic_write
+from data.pairs import packed_attention_mask
+
+BATCH = 8  # pairs per forward while building
+KEY_WINDOW = 2**20  # bytes of a file that cache_key reads at its start, middle and end
+
+
+def cache_key(*paths, first):
+    """A short hash of `first` and each file's size and content: all of a file up to 3 MiB, else
+    its first, middle and last MiB. Content, not path and modification time: a checkpoint copied
+    to a new machine, or data prepared again, keep their cache (with path and mtime they cost a
+    rebuild, 13 minutes for HH-RLHF on SmolLM2). Sampled, not whole: a 7B checkpoint is 14 GB.
+    What a sample cannot miss: another checkpoint (fine-tuning moves every weight) and another
+    .npz (a zip's last bytes hold each array's CRC-32)."""
+    h = hashlib.sha256(str(first).encode())
+    for p in paths:
+        size = os.path.getsize(p)
+        h.update(str(size).encode())
+        with open(p, "rb") as f:
+            if size <= 3 * KEY_WINDOW:
+                h.update(f.read())
+                continue
+            for at in (0, size // 2, size - KEY_WINDOW):
+                f.seek(at)
+                h.update(f.read(KEY_WINDOW))
+    return h.hexdigest()[:16]
+
+
+class FrozenCache:
+    """The states of layers[:first] for every pair of one split: rows(idx, T) -> (B, T, dim)."""
+
+    def __init__(self, folder, split, first):
+        with open(os.path.join(folder, f"{split}.json")) as f:
+            info = json.load(f)
+        self.first, self.dim = first, info["dim"]
+        self.offsets = np.load(os.path.join(folder, f"{split}.offsets.npy"))  # (n + 1,) tokens
+        raw = np.memmap(os.path.join(folder, f"{split}.bin"), dtype=np.uint16, mode="c")
+        self.states = torch.from_numpy(raw.reshape(-1, self.dim)).view(
+            getattr(torch, info["dtype"])
+        )
+
+    def rows(self, indices, T):
+        """(B, T, dim) float32: each pair's stored states at the start of its packed row, zeros
+        after (padding, which the forward skips)."""
+        out = torch.zeros(len(indices), T, self.dim)
+        for b, i in enumerate(indices):
+            a, z = self.offsets[i], self.offsets[i + 1]
+            out[b, : z - a] = self.states[a:z].float()
+        return out
+
+    @classmethod
+    def open_or_build(cls, backbone, data, split, first, folder, pad_id, say=print):
+        """The cache of data (a PairDataset) in folder, built first if it is not there."""
+        if not os.path.exists(os.path.join(folder, f"{split}.json")):
+            try:
+                build(backbone, data, split, first, folder, pad_id, torch.float16, say)
+            except OverflowError:  # a state float16 cannot hold: bfloat16 has float32's range
+                say(f"cache {split}: a state exceeds float16's range; storing bfloat16")
+                build(backbone, data, split, first, folder, pad_id, torch.bfloat16, say)
+        return cls(folder, split, first)
+
+
+@torch.no_grad()
+def build(backbone, data, split, first, folder, pad_id, dtype, say=print):
+    """Run layers[:first] over every pair's packed row and store the real tokens' states."""
+    lengths = data.lengths(packed=True)  # (n,) real tokens of each packed row
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"{split}.bin")
+    out = np.memmap(
+        path + ".tmp", dtype=np.uint16, mode="w+", shape=(int(offsets[-1]), backbone.config.dim)
+    )
+    order = np.argsort(lengths, kind="stable")  # similar lengths together: little padding
+    was_training, t0 = backbone.training, time.time()
+    backbone.eval()
+    for k in range(0, len(order), BATCH):
+        idx = order[k : k + BATCH].tolist()
+        b = data.collate_packed(idx, pad_id)
+        h = backbone.hidden_states(
+            b.tokens,
+            b.segments >= 0,
+            positions=b.positions,
+            attn_mask=packed_attention_mask(b.segments),
+            layers=(0, first),
+        )  # (B, T, dim), before layer `first`
+        if h.abs().max() >= torch.finfo(dtype).max:
+            backbone.train(was_training)
+            raise OverflowError(f"a state reaches {h.abs().max():.3g}")
+        for row, i in enumerate(idx):
+            a, z = offsets[i], offsets[i + 1]
+            out[a:z] = h[row, : z - a].to(dtype).view(torch.uint16).numpy()
+        done = k + len(idx)
+        if done % (BATCH * 25) < BATCH or done == len(order):
+            rate = done / (time.time() - t0)
+            say(
+                f"cache {split}: {done}/{len(order)} pairs, {rate:.1f} pairs/s, "
+                f"{(len(order) - done) / rate:.0f}s left"
+            )
+    out.flush()
+    del out
+    os.replace(path + ".tmp", path)
+    np.save(os.path.join(folder, f"{split}.offsets.npy"), offsets)
+    with atomic_write(os.path.join(folder, f"{split}.json"), "w") as f:  # written last: complete
+        json.dump(
+            {
+                "dim": backbone.config.dim,
+                "dtype": str(dtype).split(".")[1],
+                "n": len(order),
+                "first": first,
+                "bytes": os.path.getsize(path),
+            },
+            f,
+        )
+    backbone.train(was_training)
+
+
+def open_caches_of(backbone, init, data_dir, first, train, val, proc, cache_dir="", say=print):
+    """The (train, val) FrozenCache of a prepared dataset in data_dir for the checkpoint init,
+    layers[:first]: in cache_dir (default data_dir/cache)/<key>, built by rank 0 if missing
+    while the other ranks wait, then opened by every rank."""
+    paths = (os.path.join(data_dir, f"{split}.npz") for split in ("train", "val"))
+    folder = os.path.join(
+        cache_dir or os.path.join(data_dir, "cache"), cache_key(init, *paths, first=first)
+    )
+    say(f"cache of the bottom {first} layers: {folder}")
+    caches = []
+    for split, data in (("train", train), ("val", val)):
+        if proc.master:
+            FrozenCache.open_or_build(backbone, data, split, first, folder, 0, say)
+        if proc.ddp:
+            dist.barrier()  # rank 0 built it; every rank reads it
+        caches.append(FrozenCache(folder, split, first))
+    return tuple(caches)

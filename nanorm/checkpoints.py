@@ -1,0 +1,356 @@
+"""
+Checkpoint readers: a LLaMA on disk -> model.py's Transformer, through (ModelConfig keyword
+arguments, state dict in Meta's names).
+
+    from nanorm.checkpoints import load_transformer, read_checkpoint
+    model = load_transformer(path)         # llama2.c .bin/.pt, Meta dir, HF dir, .gguf
+    config, sd = read_checkpoint(path)     # the same read, before a model is built
+    model = transformer_from_state_dict(ModelConfig(**config), sd, path)   # what load does
+
+Formats, recognised by their shape on disk:
+    llama2.c .bin    run.c's legacy v0 file: a 7-int header, then every weight in float32
+    llama2.c .pt     llama2.c train.py's checkpoint: {"model": state dict, "model_args": dict}
+    Meta directory   params.json + consolidated.00.pth (Meta's original release, one shard)
+    HF directory     config.json + *.safetensors or pytorch_model*.bin (LlamaForCausalLM, or
+                     LlamaForSequenceClassification: its head comes back as "score.weight")
+    .gguf            llama.cpp's file, read by gguf_reader.py
+
+A reader knows nothing of model.py: it renames, un-permutes and converts tensors, and the model
+builder (transformer_from_state_dict) checks that names and shapes fit the config. Nothing is
+copied that need not be: the .bin is read once and every weight is a view into it, .pt/.pth files
+are memory-mapped, and HF tensors are converted one at a time. HF_NAMES, the one table of HF's
+module names, serves export_hf.py's writing too.
+
+Simplifications: Meta's sharded releases (consolidated.01.pth, ...) are refused, and so are HF
+configs with biases or a head_dim that is not hidden_size / num_heads (not LLaMA as Meta wrote it).
+"""
+
+import json
+import math
+import os
+import struct
+
+import torch
+
+from model import ModelConfig, Transformer, rope_frequencies
+from nanorm.cli import load_torch
+from nanorm.gguf_reader import load_gguf_checkpoint
+
+
+def load_transformer(path):
+    """A Transformer (in eval mode) from any checkpoint above, whichever format it is."""
+    config, sd = read_checkpoint(path)
+    return transformer_from_state_dict(ModelConfig(**config), sd, path)
+
+
+def transformer_from_state_dict(cfg, sd, source):
+    """A Transformer of config cfg holding sd's tensors (Meta's names), checked against cfg;
+    source names the file in errors. Built on the meta device, then adopts the tensors
+    (assign=True): no second copy. An HF classifier's "score.weight" is left to the
+    caller (reward.py makes it the reward head); any other stray key is an error."""
+    with torch.device("meta"):
+        model = Transformer(cfg)
+    sd = {k: v for k, v in sd.items() if k != "score.weight"}
+    if cfg.tie_embeddings:
+        sd.pop("output.weight", None)
+    expected = set(model.state_dict().keys()) - ({"output.weight"} if cfg.tie_embeddings else set())
+    missing, unexpected = sorted(expected - sd.keys()), sorted(sd.keys() - expected)
+    if missing or unexpected:
+        raise ValueError(
+            f"{source}: checkpoint does not match the config: missing keys "
+            f"{missing[:5]}, unexpected keys {unexpected[:5]}"
+        )
+    for k, t in model.state_dict().items():
+        if k in sd and tuple(sd[k].shape) != tuple(t.shape):
+            raise ValueError(
+                f"{source}: {k} has shape {tuple(sd[k].shape)}, the config expects {tuple(t.shape)}"
+            )
+    model.load_state_dict(sd, strict=False, assign=True)
+    if cfg.tie_embeddings:
+        model.output.weight = model.tok_embeddings.weight
+    model.inv_freq = rope_frequencies(cfg)  # buffers on meta are empty: compute them
+    return model.eval()
+
+
+def read_checkpoint(path):
+    """(config kwargs, state dict) of any checkpoint above, whichever format it is."""
+    path = str(path)
+    if os.path.isdir(path):
+        if os.path.exists(os.path.join(path, "params.json")):
+            return read_meta(path)
+        if os.path.exists(os.path.join(path, "config.json")):
+            return read_hf(path)
+        raise FileNotFoundError(
+            f"{path}: neither params.json (Meta) nor config.json (Hugging Face) in this directory"
+        )
+    if path.endswith(".gguf"):
+        return load_gguf_checkpoint(path)
+    return read_llama2c(path)
+
+
+# ----------------------------------------------------------------------------- llama2.c
+# llama2.c's ModelArgs: the model_args a train.py checkpoint saves (all are ModelConfig fields)
+LLAMA2C_ARGS = (
+    "dim",
+    "n_layers",
+    "n_heads",
+    "n_kv_heads",
+    "vocab_size",
+    "hidden_dim",
+    "multiple_of",
+    "norm_eps",
+    "max_seq_len",
+    "dropout",
+)
+
+
+def read_llama2c(path):
+    """llama2.c checkpoints: the legacy v0 `.bin` (run.c's format) or train.py's `.pt`.
+    llama2.c always ties the output to the embeddings, except a .bin with a negative vocab."""
+    path = str(path)
+    if path.endswith(".pt"):
+        ckpt = load_torch(path, map_location="cpu", mmap=True)  # damaged: one line naming it
+        if not isinstance(ckpt, dict) or "model" not in ckpt or "model_args" not in ckpt:
+            found = list(ckpt) if isinstance(ckpt, dict) else type(ckpt).__name__
+            raise ValueError(f"{path}: expected keys 'model' and 'model_args', found {found}")
+        config = {k: v for k, v in ckpt["model_args"].items() if k in LLAMA2C_ARGS}
+        sd = {k.removeprefix("_orig_mod."): v for k, v in ckpt["model"].items()}  # torch.compile
+        sd = {k: v for k, v in sd.items() if k not in ("freqs_cos", "freqs_sin")}  # we derive them
+        return config | {"tie_embeddings": True}, sd
+    size = os.path.getsize(path)
+    if size < 28:
+        raise ValueError(f"{path}: {size} bytes is too short for the 28-byte llama2.c header")
+    with open(path, "rb") as f:
+        header = struct.unpack("7i", f.read(28))
+    dim, hidden, L, n_heads, n_kv, vocab, seq_len = header
+    shared = vocab > 0  # a negative vocab_size means an untied classifier follows
+    V, head_dim = abs(vocab), dim // n_heads
+    kv_dim = n_kv * head_dim
+    shapes = [  # the order run.c reads them in; each stacks all L layers
+        ("tok_embeddings", (V, dim)),
+        ("attention_norm", (L, dim)),
+        ("wq", (L, dim, dim)),
+        ("wk", (L, kv_dim, dim)),
+        ("wv", (L, kv_dim, dim)),
+        ("wo", (L, dim, dim)),
+        ("ffn_norm", (L, dim)),
+        ("w1", (L, hidden, dim)),
+        ("w2", (L, dim, hidden)),
+        ("w3", (L, hidden, dim)),
+        ("norm", (dim,)),
+        ("freq_cis_real", (seq_len, head_dim // 2)),  # RoPE tables, unused: we derive them
+        ("freq_cis_imag", (seq_len, head_dim // 2)),
+    ]
+    if not shared:
+        shapes.append(("output", (V, dim)))
+    n_floats = sum(math.prod(s) for _, s in shapes)
+    if size != 28 + 4 * n_floats:
+        raise ValueError(
+            f"{path}: {size} bytes, but its header {header} "
+            f"implies {28 + 4 * n_floats} bytes (truncated or not a llama2.c v0 file)"
+        )
+    data = torch.from_file(path, shared=False, size=size // 4, dtype=torch.float32)[7:]
+    w, off = {}, 0
+    for name, shape in shapes:  # one read of the file; every weight is a view into it
+        n = math.prod(shape)
+        w[name], off = data[off : off + n].view(shape), off + n
+    sd = {"tok_embeddings.weight": w["tok_embeddings"], "norm.weight": w["norm"]}
+    if not shared:
+        sd["output.weight"] = w["output"]
+    for i in range(L):
+        for name in ("wq", "wk", "wv", "wo"):
+            sd[f"layers.{i}.attention.{name}.weight"] = w[name][i]
+        for name in ("w1", "w2", "w3"):
+            sd[f"layers.{i}.feed_forward.{name}.weight"] = w[name][i]
+        sd[f"layers.{i}.attention_norm.weight"] = w["attention_norm"][i]
+        sd[f"layers.{i}.ffn_norm.weight"] = w["ffn_norm"][i]
+    config = dict(
+        dim=dim,
+        n_layers=L,
+        n_heads=n_heads,
+        n_kv_heads=n_kv,
+        vocab_size=V,
+        hidden_dim=hidden,
+        max_seq_len=seq_len,
+        tie_embeddings=shared,
+    )
+    return config, sd
+
+
+# ----------------------------------------------------------------------------- Meta
+def read_meta(directory, max_seq_len=2048):
+    """Meta's original release: params.json + consolidated.00.pth (one shard). params.json does
+    not say the context length, so max_seq_len is the caller's."""
+    params = _read_json(os.path.join(directory, "params.json"))
+    ckpt_path = os.path.join(directory, "consolidated.00.pth")
+    if not os.path.exists(ckpt_path):
+        raise FileNotFoundError(
+            f"{ckpt_path} not found (only single-shard checkpoints are supported)"
+        )
+    sd = load_torch(ckpt_path, map_location="cpu", mmap=True)
+    sd.pop("rope.freqs", None)  # Llama 2 ships a precomputed table; we derive it
+    rope_scaling = None
+    if params.get("use_scaled_rope"):  # Llama 3.1's published scaling constants
+        rope_scaling = {
+            "rope_type": "llama3",
+            "factor": params.get("rope_scaling_factor", 8.0),
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        }
+    config = dict(
+        dim=params["dim"],
+        n_layers=params["n_layers"],
+        n_heads=params["n_heads"],
+        n_kv_heads=params.get("n_kv_heads"),
+        vocab_size=sd["tok_embeddings.weight"].shape[0],  # params says -1 in Llama 2
+        multiple_of=params.get("multiple_of", 256),  # the FFN width is derived, not stored
+        ffn_dim_multiplier=params.get("ffn_dim_multiplier"),
+        norm_eps=params.get("norm_eps", 1e-5),
+        rope_theta=params.get("rope_theta", 1e4),
+        rope_scaling=rope_scaling,
+        max_seq_len=max_seq_len,
+        tie_embeddings="output.weight" not in sd,
+    )
+    return config, sd
+
+
+def _read_json(path):
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path} not found")
+    with open(path) as f:
+        try:
+            return json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: invalid JSON at line {e.lineno}: {e.msg}") from None
+
+
+# ----------------------------------------------------------------------------- Hugging Face
+def read_hf(directory, dtype=torch.float32):
+    """A local Hugging Face Llama directory: config.json + safetensors or pytorch_model*.bin.
+    A LlamaForSequenceClassification's head comes back as sd["score.weight"] (1, dim), for a
+    reward model to adopt; the model builder ignores it."""
+    config = config_from_hf(_read_json(os.path.join(directory, "config.json")))
+    n_heads, n_kv_heads = config["n_heads"], config["n_kv_heads"]
+    head_dim = config["dim"] // n_heads
+    sd = {}
+    for name, tensor in _iter_hf_tensors(directory):
+        key = "score.weight" if name == "score.weight" else _hf_to_meta_name(name)
+        if key is None:  # e.g. rotary_emb.inv_freq in old checkpoints
+            continue
+        tensor = tensor.to(dtype)
+        # HF's conversion script permuted the rows of wq and wk so that its rotate-half RoPE
+        # (pairs i and i + d/2) equals Meta's interleaved RoPE (pairs 2i and 2i+1). Undo it:
+        # per head, rows [first half | second half] go back to interleaved order.
+        if key.endswith("attention.wq.weight"):
+            tensor = _unpermute(tensor, n_heads, head_dim)
+        elif key.endswith("attention.wk.weight"):
+            tensor = _unpermute(tensor, n_kv_heads, head_dim)
+        sd[key] = tensor
+    if "score.weight" in sd and not config["tie_embeddings"] and "output.weight" not in sd:
+        # a *ForSequenceClassification checkpoint has a score head and no lm_head: load its
+        # backbone with a zero LM head, which reward heads never read
+        sd["output.weight"] = torch.zeros(config["vocab_size"], config["dim"], dtype=dtype)
+    return config, sd
+
+
+def config_from_hf(hf):
+    """ModelConfig kwargs from a Hugging Face LlamaConfig dict (transformers 4.x or 5.x keys)."""
+    if hf.get("attention_bias") or hf.get("mlp_bias"):
+        raise ValueError("config.json: attention_bias / mlp_bias are not LLaMA; not supported")
+    rope = dict(hf.get("rope_parameters") or hf.get("rope_scaling") or {})  # 5.x nests theta here
+    theta = hf.get("rope_theta", rope.pop("rope_theta", 10000.0))
+    dim, n_heads = hf["hidden_size"], hf["num_attention_heads"]
+    if hf.get("head_dim", dim // n_heads) != dim // n_heads:
+        raise ValueError(f"config.json: head_dim {hf['head_dim']} != hidden_size / num_heads")
+    return dict(
+        dim=dim,
+        n_layers=hf["num_hidden_layers"],
+        n_heads=n_heads,
+        n_kv_heads=hf.get("num_key_value_heads", n_heads),
+        vocab_size=hf["vocab_size"],
+        hidden_dim=hf["intermediate_size"],
+        norm_eps=hf.get("rms_norm_eps", 1e-6),
+        rope_theta=theta,
+        rope_scaling=rope or None,
+        max_seq_len=hf.get("max_position_embeddings", 2048),
+        tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
+    )
+
+
+def _iter_hf_tensors(directory):
+    """Yield (name, tensor) one at a time from every weight file, so a conversion (dtype, the
+    wq/wk permutation) never holds a second copy of the whole model."""
+    files = sorted(f for f in os.listdir(directory) if f.endswith(".safetensors"))
+    if files:
+        try:
+            from safetensors import safe_open
+        except ImportError:
+            raise ImportError(
+                "loading .safetensors needs the safetensors package: pip install safetensors"
+            ) from None
+        index = os.path.join(directory, "model.safetensors.index.json")
+        if os.path.exists(index):  # sharded: the index names the shards
+            files = sorted(set(_read_json(index)["weight_map"].values()))
+        for fname in files:
+            path = os.path.join(directory, fname)
+            if not os.path.exists(path):
+                raise FileNotFoundError(f"{path} is named in the index but missing")
+            try:
+                with safe_open(path, framework="pt") as f:
+                    for name in f.keys():
+                        yield name, f.get_tensor(name)
+            except Exception as e:  # safetensors raises its own error types for bad headers
+                if isinstance(e, (FileNotFoundError, ImportError)):
+                    raise
+                raise ValueError(f"{path}: unreadable safetensors file ({e})") from None
+        return
+    files = sorted(
+        f for f in os.listdir(directory) if f.startswith("pytorch_model") and f.endswith(".bin")
+    )
+    if not files:
+        raise FileNotFoundError(f"{directory}: no *.safetensors or pytorch_model*.bin weights")
+    for fname in files:
+        path = os.path.join(directory, fname)
+        try:
+            sd = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+        except RuntimeError as e:
+            raise ValueError(f"{path}: unreadable torch checkpoint ({e})") from None
+        yield from sd.items()
+
+
+# nanoRM's (Meta's) module names in a layer -> Hugging Face's; export_hf.py writes with it
+HF_NAMES = {
+    "attention.wq": "self_attn.q_proj",
+    "attention.wk": "self_attn.k_proj",
+    "attention.wv": "self_attn.v_proj",
+    "attention.wo": "self_attn.o_proj",
+    "feed_forward.w1": "mlp.gate_proj",
+    "feed_forward.w2": "mlp.down_proj",
+    "feed_forward.w3": "mlp.up_proj",
+    "attention_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+}
+_FROM_HF = {hf: meta for meta, hf in HF_NAMES.items()}
+
+
+def _hf_to_meta_name(name):
+    """model.layers.3.self_attn.q_proj.weight -> layers.3.attention.wq.weight; None: not ours."""
+    if name == "model.embed_tokens.weight":
+        return "tok_embeddings.weight"
+    if name == "model.norm.weight":
+        return "norm.weight"
+    if name == "lm_head.weight":
+        return "output.weight"
+    if name.startswith("model.layers.") and "rotary_emb" not in name:
+        i, rest = name.removeprefix("model.layers.").split(".", 1)
+        module, suffix = rest.rsplit(".", 1)
+        if module in _FROM_HF:
+            return f"layers.{i}.{_FROM_HF[module]}.{suffix}"
+    return None
+
+
+def _unpermute(w, n_heads, head_dim):
+    # (n_heads * head_dim, dim): per head, rows are [x_0, x_2, ..., x_1, x_3, ...] in HF;
+    # view as (heads, 2, head_dim/2) and swap the last two axes to interleave again
+    return w.view(n_heads, 2, head_dim // 2, -1).transpose(1, 2).reshape(n_heads * head_dim, -1)

@@ -1,0 +1,345 @@
+"""
+The one home of nanoRM's own checkpoint, ckpt.pt: what it holds, writing it atomically, reading
+it back for --resume, for scoring and for export, and the tokenizer it carries. Every script goes
+through here; foreign formats (llama2.c, Meta, Hugging Face, GGUF) are checkpoints.py's.
+
+    save_checkpoint(path, rm, meta=meta, optimizer=opt, step=step, train_config=cfg)
+    ckpt = load_checkpoint(path)         # the dict below, checked: a bad file is one line
+    step = resume(path, rm, optimizer, device, meta)
+    tok = checkpoint_tokenizer(path)     # a ckpt.pt's carried tokenizer, a .gguf's, an HF dir's
+    model = load_backbone(path)          # the LLaMA of a ckpt.pt, or of any foreign checkpoint
+    rm = load_reward_model(path)         # the reward model a ckpt.pt holds, of the class it names
+    rm, ckpt = load_for_scoring(path)    # ours, or a RewardModel around any foreign backbone
+
+What ckpt.pt holds: one dict, torch.save'd, read with weights_only=True (tensors and plain data):
+    kind, config, model   the class name (reward.py's KINDS), ModelConfig as a dict, state dict
+    tokenizer_files       {file name: uint8 tensor}: the tokenizer itself, so a moved run folder
+                          or a deleted dataset never stops a checkpoint from scoring text
+    data_meta, tokenizer  the dataset's meta.json (vocabulary, chat layout, subsets) and the
+                          tokenizer's path when it was trained
+    train_config          train_rm.py's options
+    length_calibration    {"kind": "linear_log_length", "coef": [a, b], "n"}: reward.py, eval_rm.py
+                          serve r - (a + b log L), L the response's tokens (calibrate.py)
+    reward_normalization  {"mean", "std", "n", "calibrated"} of the served rewards on held-out
+                          pairs, for score.py --normalize; both written by update_checkpoint,
+                          both dropped by a new save (new weights: refit them)
+    trainable             LoRA runs only: the adapters and head (`model` holds them merged)
+    optimizer, step, rng, cuda_rng   what --resume needs to continue exactly
+"""
+
+import os
+import re
+import tempfile
+from dataclasses import asdict
+from functools import lru_cache
+
+import torch
+
+from data import UsageError, atomic_write
+from data.bpe import BPETokenizer, bpe_tokenizer_files
+from data.tokenizer import (
+    Llama2cTokenizer,
+    SentencePieceTokenizer,
+    load_tokenizer,
+    tokenizer_fingerprint,
+)
+from model import ModelConfig
+from nanorm.checkpoints import load_transformer, read_checkpoint, transformer_from_state_dict
+from nanorm.cli import is_torch_file, load_torch
+from nanorm.gguf_reader import read_gguf_metadata
+from reward import LMRegularizedRewardModel, RewardModel
+
+MODEL_KEYS = {"kind", "config", "model"}
+
+
+# ----------------------------------------------------------------------------- writing
+def save_checkpoint(
+    path,
+    rm,
+    meta=None,
+    optimizer=None,
+    step=None,
+    train_config=None,
+    model_state=None,
+    optimizer_state=None,
+):
+    """Write rm (and what resuming needs, when given) to path, atomically: written aside,
+    flushed to disk, then renamed, so a kill at any moment leaves the previous file whole.
+    model_state, optimizer_state: the full state dicts to write instead of rm's and optimizer's
+    own: a sharded rm's (fsdp.full_state, each rank holds only its shards), or a LoRA rm's with
+    the adapters folded in (lora.merged_state_dict: the checkpoint keeps the original keys)."""
+    kind = type(rm).__name__.removeprefix("FSDP")  # fsdp.py's fully_shard renames the class
+    ckpt = {"kind": kind, "config": asdict(rm.backbone.config)}
+    ckpt["model"] = rm.state_dict() if model_state is None else model_state
+    if ckpt["model"].keys() != rm.state_dict().keys():  # LoRA: resuming needs the adapters
+        ckpt["trainable"] = {n: p.detach() for n, p in rm.named_parameters() if p.requires_grad}
+    if meta is not None:  # the vocabulary, chat layout and subsets the model was trained on
+        ckpt.update(tokenizer=meta["tokenizer"], data_meta=meta)
+        ckpt["tokenizer_files"] = carried_tokenizer(
+            meta["tokenizer"], meta.get("tokenizer_fingerprint")
+        )
+    if train_config is not None:
+        ckpt["train_config"] = asdict(train_config)
+    if optimizer is not None:
+        optimizer_state = optimizer.state_dict() if optimizer_state is None else optimizer_state
+        ckpt.update(optimizer=optimizer_state, step=step, rng=torch.get_rng_state())
+        if torch.cuda.is_available():
+            ckpt["cuda_rng"] = torch.cuda.get_rng_state_all()
+    with atomic_write(path) as f:
+        torch.save(ckpt, f)
+
+
+@lru_cache(maxsize=1)
+def carried_tokenizer(path, fingerprint):
+    """The dataset's tokenizer as files, read once per run. None, with a note, if the file is
+    gone; an error if it is no longer the vocabulary the data was tokenized with."""
+    if not os.path.exists(path):
+        print(f"note: {path} is gone; the checkpoint records only the tokenizer's path")
+        return None
+    tok = load_tokenizer(path)
+    if fingerprint and tokenizer_fingerprint(tok) != fingerprint:
+        raise ValueError(f"{path} is no longer the vocabulary the data was tokenized with")
+    return tokenizer_files(tok)
+
+
+def tokenizer_files(tok):
+    """{file name: uint8 tensor of its bytes}, the tokenizer as a checkpoint carries it.
+    SentencePiece: its model proto; llama2.c: its .bin; byte-level BPE (from a .gguf or
+    tokenizer.json): an HF tokenizer.json and tokenizer_config.json."""
+    if isinstance(tok, BPETokenizer):
+        files = bpe_tokenizer_files(tok)
+    elif isinstance(tok, SentencePieceTokenizer):
+        files = {"tokenizer.model": tok.sp.serialized_model_proto()}
+    elif isinstance(tok, Llama2cTokenizer):
+        files = {"tokenizer.bin": tok.path.read_bytes()}
+    else:
+        raise TypeError(f"cannot store a {type(tok).__name__} in a checkpoint")
+    return {k: torch.frombuffer(bytearray(v), dtype=torch.uint8) for k, v in files.items()}
+
+
+# ----------------------------------------------------------------------------- reading
+def is_ours(path):
+    """Whether path is a checkpoint this module wrote (a llama2.c .pt is a torch file too)."""
+    if not is_torch_file(path):
+        return False
+    try:
+        ckpt = load_torch(path, map_location="cpu", mmap=True)
+    except UsageError:
+        return True  # a damaged zip archive: load_checkpoint says how it is damaged
+    return isinstance(ckpt, dict) and (MODEL_KEYS <= ckpt.keys() or _nested(ckpt))
+
+
+def _nested(ckpt):  # checkpoints of an earlier round kept kind/config/model under "model"
+    return isinstance(ckpt.get("model"), dict) and MODEL_KEYS <= ckpt["model"].keys()
+
+
+def load_checkpoint(path, map_location="cpu"):
+    """The checkpoint's dict, with kind/config/model at its top level. A missing, truncated or
+    corrupt file, or a torch file that is not ours, is one UsageError naming the file."""
+    ckpt = load_torch(path, map_location=map_location, mmap=True)  # missing, corrupt: one line
+    if isinstance(ckpt, dict) and _nested(ckpt):
+        ckpt = {**ckpt, **ckpt["model"]}
+    if not isinstance(ckpt, dict) or not MODEL_KEYS <= ckpt.keys():
+        found = sorted(ckpt) if isinstance(ckpt, dict) else type(ckpt).__name__
+        raise UsageError(
+            f"{path} is not a nanoRM checkpoint (it needs kind/config/model, has {found}): "
+            "give a ckpt.pt that train_rm.py wrote, or a backbone (.bin, .gguf, HF dir)"
+        )
+    return ckpt
+
+
+def update_checkpoint(path, **keys):
+    """Set (or, for None, remove) top-level keys of a ckpt.pt, rewritten atomically: e.g. the
+    length calibration and normalization eval_rm.py --save_calibration measured on it."""
+    ckpt = load_torch(path, map_location="cpu")  # no mmap: the file is replaced below
+    if not isinstance(ckpt, dict) or not (MODEL_KEYS <= ckpt.keys() or _nested(ckpt)):
+        raise UsageError(f"{path} is not a nanoRM checkpoint: nothing stored in it")
+    for k, v in keys.items():
+        if v is None:
+            ckpt.pop(k, None)
+        else:
+            ckpt[k] = v
+    with atomic_write(path) as f:
+        torch.save(ckpt, f)
+
+
+def resume(path, rm, optimizer, device, meta, load_full_state=None):
+    """Restore weights, optimizer and RNG from a checkpoint; returns its step. load_full_state:
+    how a sharded rm takes its shards of the full state (fsdp.load_full_state), read on the CPU."""
+    ckpt = load_checkpoint(path, map_location="cpu" if load_full_state else device)
+    if not {"optimizer", "rng", "step"} <= ckpt.keys():
+        raise UsageError(f"{path} holds no optimizer state: it cannot be resumed")
+    old = ckpt.get("data_meta") or {}
+    for key in ("vocab_size", "tokenizer_fingerprint"):
+        if old.get(key) is not None and meta.get(key) is not None and old[key] != meta[key]:
+            raise UsageError(
+                f"{path} was trained with another vocabulary ({key} {old[key]}, the dataset's "
+                f"is {meta[key]}): resume with its --dataset, or start afresh with --overwrite"
+            )
+    try:
+        if "trainable" in ckpt:  # LoRA: the frozen base is --init's; adapters and head from here
+            missing = {n for n, p in rm.named_parameters() if p.requires_grad} - ckpt[
+                "trainable"
+            ].keys()
+            if missing:
+                raise RuntimeError(f"missing {sorted(missing)[:3]}")
+            rm.load_state_dict(ckpt["trainable"], strict=False)
+        elif load_full_state:  # the optimizer's shards too
+            load_full_state(rm, optimizer, ckpt["model"], ckpt["optimizer"])
+        else:
+            rm.load_state_dict(ckpt["model"])
+    except RuntimeError:  # another --model, --init or --lm_coef than the run it continues
+        raise UsageError(
+            f"{path} does not fit this model: resume with the options it was trained with "
+            "(its train_config)"
+        ) from None
+    if not load_full_state:
+        optimizer.load_state_dict(ckpt["optimizer"])
+    torch.set_rng_state(ckpt["rng"].cpu())
+    if "cuda_rng" in ckpt and device.startswith("cuda"):
+        torch.cuda.set_rng_state_all([s.cpu() for s in ckpt["cuda_rng"]])
+    return ckpt["step"]
+
+
+def load_backbone(path):
+    """The LLaMA of any checkpoint: our ckpt.pt's backbone (a reward model's, to generate with
+    or to start from), else whatever checkpoints.py reads (llama2.c, Meta, HF, GGUF)."""
+    if not is_ours(path):
+        return load_transformer(path)
+    ckpt = load_checkpoint(path)
+    sd = {k[9:]: v for k, v in ckpt["model"].items() if k.startswith("backbone.")}
+    return transformer_from_state_dict(ModelConfig(**ckpt["config"]), sd, path)
+
+
+# ----------------------------------------------------------------------------- models
+def from_pretrained(cls, path):
+    """A cls (reward.py's or critic.py's, a backbone with a head) around the backbone of any
+    checkpoint checkpoints.py reads (llama2.c, Meta, HF, GGUF); the head is new, unless the
+    file is an HF sequence classifier whose `score.weight` comes in the same read: then it is
+    the head's weight."""
+    config, sd = read_checkpoint(path)
+    score = sd.pop("score.weight", None)
+    model = cls(transformer_from_state_dict(ModelConfig(**config), sd, path))
+    if score is not None:
+        if score.shape != model.head.weight.shape:
+            raise ValueError(f"{path}: score.weight {tuple(score.shape)} is not (1, dim)")
+        with torch.no_grad():  # HF's score has no bias: ours stays 0
+            model.head.weight.copy_(score)
+    return model.eval()
+
+
+def model_from_dict(cls, ckpt, source):
+    """The cls a ckpt.pt's dict holds: the backbone through the shape and key checks of every
+    loaded checkpoint, then the head(s), strictly."""
+    sd = ckpt["model"]
+    backbone = {k.removeprefix("backbone."): v for k, v in sd.items() if k[:9] == "backbone."}
+    model = cls(transformer_from_state_dict(ModelConfig(**ckpt["config"]), backbone, source))
+    rest = {k: v for k, v in sd.items() if not k.startswith("backbone.")}
+    rest = {re.sub(r"^(value|reward)_head\.", "head.", k): v for k, v in rest.items()}
+    model.load_state_dict(rest, strict=False)  # the heads; the backbone is assigned
+    missing = {k for k in model.state_dict() if not k.startswith("backbone.")} - rest.keys()
+    if missing or rest.keys() - model.state_dict().keys():
+        raise ValueError(f"{source}: its heads {sorted(rest)} do not fit a {cls.__name__}")
+    return model.eval()
+
+
+def load_model(cls, path):
+    """The cls a ckpt.pt holds, refused if the checkpoint names another class."""
+    ckpt = load_checkpoint(path)
+    if ckpt["kind"] != cls.__name__:
+        raise ValueError(f"{path} holds a {ckpt['kind']}, not a {cls.__name__}")
+    return model_from_dict(cls, ckpt, path)
+
+
+# the classes a ckpt.pt's "kind" names. --length_head's model (length_head.py) scores with its
+# quality head alone, i.e. as a RewardModel: scoring, evaluation and export load it as one.
+KINDS = {"RewardModel": RewardModel, "LMRegularizedRewardModel": LMRegularizedRewardModel}
+SCORED_AS = {"LengthDebiasedRewardModel": ("RewardModel", "length_head.")}
+
+
+def load_reward_model(path, ckpt=None):
+    """The reward model a ckpt.pt holds (ckpt: its dict, if already read), of the class its
+    "kind" names, or the class that scores for it (SCORED_AS)."""
+    ckpt = ckpt or load_checkpoint(path)
+    kind, drop = SCORED_AS.get(ckpt["kind"], (ckpt["kind"], None))
+    if kind not in KINDS:
+        raise UsageError(f"{path}: kind {ckpt['kind']!r} is not one of {list(KINDS)}")
+    if drop:  # the heads that only training reads
+        ckpt = dict(ckpt, model={k: v for k, v in ckpt["model"].items() if not k.startswith(drop)})
+    return model_from_dict(KINDS[kind], ckpt, path)
+
+
+def load_for_scoring(path):
+    """(model, its ckpt.pt dict) for our checkpoint, or (a RewardModel around any backbone
+    checkpoints.py reads, None): the head is random then, unless an HF classifier's `score`."""
+    if not os.path.exists(path):
+        raise UsageError(f"{path} not found")
+    if is_ours(path):
+        ckpt = load_checkpoint(path)
+        return load_reward_model(path, ckpt), ckpt
+    try:
+        model = from_pretrained(RewardModel, path)
+    except ValueError as e:  # the readers' "wrong format, truncated, shapes do not fit"
+        raise UsageError(str(e) if str(path) in str(e) else f"{path}: {e}") from None
+    return model, None
+
+
+# ----------------------------------------------------------------------------- the tokenizer
+def checkpoint_tokenizer(source, missing_ok=False):
+    """The tokenizer of a checkpoint: our ckpt.pt (its path or its dict), a .gguf (its metadata
+    holds one), or a Hugging Face / Meta directory with tokenizer.model or tokenizer.json. A
+    llama2.c checkpoint carries none. Our checkpoint's tokenizer is checked against the
+    fingerprint its dataset recorded. None found: a UsageError, or None if missing_ok."""
+    name = "the checkpoint" if isinstance(source, dict) else str(source)
+    if isinstance(source, dict) or is_ours(name):
+        return _carried(source if isinstance(source, dict) else load_checkpoint(name), name)
+    found = []
+    if os.path.isdir(name):
+        found = [os.path.join(name, f) for f in ("tokenizer.model", "tokenizer.json")]
+        found = [f for f in found if os.path.isfile(f)]
+    elif name.endswith(".gguf") and "tokenizer.ggml.tokens" in read_gguf_metadata(name):
+        found = [name]  # (a GGUF may hold weights only)
+    if found:
+        return load_tokenizer(found[0])
+    if missing_ok:
+        return None
+    raise UsageError(
+        f"{name} carries no tokenizer (no tokenizer.model/.json inside): pass --tokenizer"
+    )
+
+
+def _carried(ckpt, name):
+    files, meta = ckpt.get("tokenizer_files"), ckpt.get("data_meta") or {}
+    if files:  # load_tokenizer reads files: lay them out in a scratch directory
+        with tempfile.TemporaryDirectory() as d:
+            for fname, data in files.items():
+                with open(os.path.join(d, os.path.basename(fname)), "wb") as f:
+                    f.write(data.numpy().tobytes())
+            tok = load_tokenizer(d if "tokenizer.json" in files else os.path.join(d, *files))
+    elif isinstance(ckpt.get("tokenizer"), str) and os.path.exists(ckpt["tokenizer"]):
+        tok = load_tokenizer(ckpt["tokenizer"])  # older checkpoints hold only the path
+    else:
+        raise UsageError(
+            f"{name} records no tokenizer (not saved by train_rm.py, or before checkpoints "
+            f"carried one, and {ckpt.get('tokenizer')!r} is gone): pass --tokenizer"
+        )
+    want, got = meta.get("tokenizer_fingerprint"), tokenizer_fingerprint(tok)
+    if want and got != want:
+        raise UsageError(f"{name}: its tokenizer has fingerprint {got}, its data recorded {want}")
+    return tok
+
+
+def check_tokenizer(init, meta, dataset):
+    """Refuse data tokenized with another vocabulary than the --init checkpoint's, when the
+    checkpoint carries a tokenizer (a .gguf, an HF or Meta directory): an equal vocab_size is
+    not an equal vocabulary. A llama2.c .bin carries none: only its size is checked."""
+    want = meta.get("tokenizer_fingerprint")
+    if init == "scratch" or not want:
+        return
+    tok = checkpoint_tokenizer(init, missing_ok=True)
+    if tok is not None and tokenizer_fingerprint(tok) != want:
+        raise UsageError(
+            f"{init} carries tokenizer {tokenizer_fingerprint(tok)}, but the dataset "
+            f"{dataset} was tokenized with {meta['tokenizer']} ({want}): "
+            f"prepare it again with --tokenizer {init}"
+        )

@@ -1,0 +1,108 @@
+"""
+A command line's options and files: a script's options are one dataclass whose fields say their
+default, help and check (`opt`); `parse_config` turns it into argparse options and checks every
+value, so a wrong one is one line naming the option (data.UsageError, printed by data.run).
+`load_torch` reads a torch file with weights_only=True, a missing or corrupt one as one line;
+`check_device` refuses a device this machine does not have.
+"""
+
+import argparse
+import os
+import pickle
+import re
+import zipfile
+from dataclasses import field, fields
+
+import torch
+
+from data import ArgumentParser, UsageError
+
+
+def boolean(text):
+    """An option's true/false, 1/0 or yes/no (any case); anything else is an error, never False."""
+    value = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+    if text.lower() not in value:
+        raise argparse.ArgumentTypeError(f"expected true/false, 1/0 or yes/no, got {text!r}")
+    return value[text.lower()]
+
+
+def is_torch_file(path):
+    """Whether path starts as torch.save's zip archive does (a truncated one does too)."""
+    if not os.path.isfile(path):
+        return False
+    with open(path, "rb") as f:
+        return f.read(2) == b"PK"
+
+
+def load_torch(path, **kwargs):
+    """torch.load(path, weights_only=True), a missing or unreadable file as one UsageError."""
+    if not os.path.isfile(path):
+        raise UsageError(f"{path} not found")
+    if not is_torch_file(path):
+        raise UsageError(f"{path} is corrupt (not a zip archive, which torch.save writes)")
+    if not zipfile.is_zipfile(path):  # the archive's directory is at its end: cut off
+        raise UsageError(f"{path} is corrupt (truncated: its zip archive has no end)")
+    try:
+        return torch.load(path, weights_only=True, **kwargs)
+    except (RuntimeError, EOFError, OSError) as e:  # e.g. a truncated file: no central directory
+        reason = str(e).split(". ")[0]  # torch's first sentence; the rest is advice
+        raise UsageError(f"{path} is corrupt ({reason})") from None
+    except pickle.UnpicklingError:
+        raise UsageError(f"{path} holds more than tensors and plain data: not loaded") from None
+
+
+# ----------------------------------------------------------------------------- options
+def opt(default, help, check=None):
+    """A config field: its default, --help text and check = (test, what the value must be)."""
+    return field(default=default, metadata={"help": help, "check": check})
+
+
+AT_LEAST_1 = (lambda v: v >= 1, ">= 1")
+NON_NEGATIVE = (lambda v: v >= 0, ">= 0")
+POSITIVE = (lambda v: v > 0, "> 0")
+
+
+def one_of(*names):
+    return (lambda v: v in names, f"one of {', '.join(names)}")
+
+
+def value_type(f):
+    """The type an option's text is read as: its annotation's (float for `float | None`), else
+    its default's."""
+    args = [a for a in getattr(f.type, "__args__", ()) if a is not type(None)]
+    return args[0] if args else (type(f.default) if f.default is not None else str)
+
+
+def parse_config(cls, argv=None, description=None):
+    """An instance of the dataclass cls from the command line: --field for every field (a bool
+    takes --x, --x true/false/1/0; never a silent False), each value checked by its field's
+    check. A value that fails is one line: --field must be ..., got ..."""
+    p = ArgumentParser(
+        description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    for f in fields(cls):
+        if f.type in (bool, "bool"):
+            kind = dict(type=boolean, nargs="?", const=True)
+        else:
+            kind = dict(type=value_type(f))
+        p.add_argument(f"--{f.name}", **kind, default=f.default, help=f.metadata.get("help"))
+    cfg = cls(**vars(p.parse_args(argv)))
+    for f in fields(cfg):
+        test, must = f.metadata.get("check") or (None, None)
+        if test and not test(getattr(cfg, f.name)):
+            raise UsageError(f"--{f.name} must be {must}, got {getattr(cfg, f.name)!r}")
+    return cfg
+
+
+def check_device(device):
+    """A --device this machine has (auto, cpu, cuda, cuda:N, mps), else one line saying why."""
+    if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", device):
+        raise UsageError(f"--device must be auto, cpu, cuda, cuda:N or mps, got {device!r}")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        where = "this torch build" if torch.version.cuda is None else "this machine (no GPU seen)"
+        raise UsageError(f"--device {device}: CUDA is not available in {where}; use --device cpu")
+    if device.startswith("cuda:") and int(device[5:]) >= torch.cuda.device_count():
+        raise UsageError(f"--device {device}: there are {torch.cuda.device_count()} GPUs")
+    if device == "mps" and not torch.backends.mps.is_available():
+        raise UsageError("--device mps: MPS is not available here; use --device cpu")
+    return device

@@ -1,0 +1,374 @@
+"""
+GGUF, llama.cpp's one-file checkpoint: its metadata, its tensors, and a LLaMA in Meta's names.
+
+    python gguf_reader.py ../shared/data/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf   # keys, tensors
+
+The layout (little-endian; versions 2 and 3; facts from llama.cpp's docs/gguf.md and gguf-py):
+    "GGUF", uint32 version, uint64 n_tensors, uint64 n_kv
+    n_kv times       string key, uint32 value type, value
+    n_tensors times  string name, uint32 n_dims, uint64 dims[n_dims] (innermost first),
+                     uint32 ggml type, uint64 offset (from the data start)
+    padding up to a multiple of general.alignment (default 32), then the tensor data.
+A string is a uint64 byte count and UTF-8; an array is a uint32 element type, a uint64 count and
+the elements, which may be strings or arrays again.
+
+Quantized types store blocks of 32 values along the innermost dimension, each with its own scale:
+    Q8_0  34 bytes: float16 d, int8 q[32]                      value = d * q
+    Q4_0  18 bytes: float16 d, 16 bytes of nibbles             value = d * (nibble - 8)
+    Q4_1  20 bytes: float16 d, float16 m, 16 bytes of nibbles  value = d * nibble + m
+where value j < 16 is the low nibble of byte j and value j + 16 its high nibble.
+
+The module is named gguf_reader, not gguf, so that it does not shadow the `gguf` package that
+transformers imports to read the same files (tests compare against it in one process).
+
+Simplifications: version 1 (32-bit counts, 2023) and big-endian files are refused; of the many
+ggml types only the ones small LLaMAs commonly ship in are dequantized (F32, F16, BF16, Q8_0,
+Q4_0, Q4_1); a k-quant or i-quant tensor is refused with its name. Only the `llama`
+architecture becomes a checkpoint.
+"""
+
+if __name__ == "__main__" and not __package__:  # run as a file, the project root is not on the path
+    raise SystemExit(f"{__file__} is part of the nanorm library: run python -m nanorm.gguf_reader")
+
+import os
+import struct
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+# ggml type id -> (name, values per block, bytes per block), from gguf-py's GGML_QUANT_SIZES
+GGML_TYPES = {
+    0: ("F32", 1, 4),
+    1: ("F16", 1, 2),
+    2: ("Q4_0", 32, 18),
+    3: ("Q4_1", 32, 20),
+    6: ("Q5_0", 32, 22),
+    7: ("Q5_1", 32, 24),
+    8: ("Q8_0", 32, 34),
+    9: ("Q8_1", 32, 40),
+    10: ("Q2_K", 256, 84),
+    11: ("Q3_K", 256, 110),
+    12: ("Q4_K", 256, 144),
+    13: ("Q5_K", 256, 176),
+    14: ("Q6_K", 256, 210),
+    15: ("Q8_K", 256, 292),
+    16: ("IQ2_XXS", 256, 66),
+    17: ("IQ2_XS", 256, 74),
+    18: ("IQ3_XXS", 256, 98),
+    19: ("IQ1_S", 256, 50),
+    20: ("IQ4_NL", 32, 18),
+    21: ("IQ3_S", 256, 110),
+    22: ("IQ2_S", 256, 82),
+    23: ("IQ4_XS", 256, 136),
+    24: ("I8", 1, 1),
+    25: ("I16", 1, 2),
+    26: ("I32", 1, 4),
+    27: ("I64", 1, 8),
+    28: ("F64", 1, 8),
+    29: ("IQ1_M", 256, 56),
+    30: ("BF16", 1, 2),
+    34: ("TQ1_0", 256, 54),
+    35: ("TQ2_0", 256, 66),
+    39: ("MXFP4", 32, 17),
+}
+
+# metadata value types: struct formats of the scalars; 8 is a string, 9 an array
+_SCALARS = {
+    0: "B",
+    1: "b",
+    2: "H",
+    3: "h",
+    4: "I",
+    5: "i",
+    6: "f",
+    7: "?",
+    10: "Q",
+    11: "q",
+    12: "d",
+}
+_STRING, _ARRAY = 8, 9
+
+
+def type_name(ggml_type):
+    """'Q6_K (14)': the name and the number, as error messages should give them."""
+    name = GGML_TYPES.get(ggml_type, ("unknown",))[0]
+    return f"{name} ({ggml_type})"
+
+
+@dataclass
+class TensorInfo:
+    name: str
+    dims: tuple  # as stored: innermost first, so [576, 49152] is a (49152, 576) matrix
+    type: int  # ggml type id, a key of GGML_TYPES
+    offset: int  # absolute position in the file (the table's offset + the data start)
+
+    @property
+    def shape(self):  # numpy/torch order, outermost first
+        return tuple(reversed(self.dims))
+
+    @property
+    def nbytes(self):
+        _, block, size = GGML_TYPES[self.type]
+        return int(np.prod(self.dims, dtype=np.int64)) // block * size
+
+
+@dataclass
+class GGUF:
+    path: str
+    version: int
+    metadata: dict
+    tensors: dict  # name -> TensorInfo, in file order
+    data_offset: int  # where tensor data starts: the table's end rounded up to the alignment
+    data: np.memmap  # the whole file as uint8; nothing is read until a tensor is sliced
+
+
+class _Cursor:
+    """Reads values front to back from a buffer; a read past its end raises IndexError."""
+
+    def __init__(self, buf):
+        self.buf, self.pos = buf, 0
+
+    def unpack(self, fmt):
+        s = struct.Struct("<" + fmt)
+        if self.pos + s.size > len(self.buf):
+            raise IndexError
+        out = s.unpack_from(self.buf, self.pos)
+        self.pos += s.size
+        return out if len(out) > 1 else out[0]
+
+    def string(self):
+        n = self.unpack("Q")
+        if self.pos + n > len(self.buf):
+            raise IndexError
+        s = bytes(self.buf[self.pos : self.pos + n]).decode("utf-8")
+        self.pos += n
+        return s
+
+    def value(self, vtype):
+        if vtype in _SCALARS:
+            return self.unpack(_SCALARS[vtype])
+        if vtype == _STRING:
+            return self.string()
+        if vtype != _ARRAY:
+            raise ValueError(f"unknown metadata value type {vtype}")
+        etype, n = self.unpack("IQ")
+        if etype in _SCALARS:  # one numpy read for the whole array (49k token types, scores)
+            dtype = np.dtype("<" + _SCALARS[etype])
+            if self.pos + n * dtype.itemsize > len(self.buf):
+                raise IndexError
+            arr = np.frombuffer(self.buf, dtype, count=n, offset=self.pos)
+            self.pos += n * dtype.itemsize
+            return arr.tolist()
+        return [self.value(etype) for _ in range(n)]  # strings (the vocabulary) or arrays
+
+
+def _parse(path, with_tensors):
+    """Metadata, and (with_tensors) the tensor table, from one memory map of the file."""
+    path = str(path)
+    size = os.path.getsize(path)
+    if size < 24:  # magic, version and the two counts
+        raise ValueError(f"{path}: {size} bytes is too short for a GGUF header")
+    data = np.memmap(path, dtype=np.uint8, mode="r")
+    cur = _Cursor(memoryview(data))
+    magic = bytes(data[:4])
+    if magic != b"GGUF":
+        raise ValueError(f"{path}: not a GGUF file (magic {magic!r}, expected b'GGUF')")
+    cur.pos = 4
+    version = cur.unpack("I")
+    if version not in (2, 3):
+        raise ValueError(
+            f"{path}: GGUF version {version} is not supported (2 and 3 are; 1 is from 2023 and "
+            f"a huge number means a big-endian file)"
+        )
+    try:
+        n_tensors, n_kv = cur.unpack("QQ")
+        metadata = {}
+        for _ in range(n_kv):
+            key = cur.string()
+            metadata[key] = cur.value(cur.unpack("I"))
+        if not with_tensors:
+            return version, metadata, None, None, data
+        tensors = {}
+        for _ in range(n_tensors):
+            name = cur.string()
+            dims = cur.unpack(f"{cur.unpack('I')}Q")
+            dims = dims if isinstance(dims, tuple) else (dims,)
+            ggml_type, offset = cur.unpack("IQ")
+            tensors[name] = TensorInfo(name, dims, ggml_type, offset)
+    except IndexError:
+        raise ValueError(f"{path}: truncated: the header runs past the end of the file") from None
+    align = metadata.get("general.alignment", 32)
+    data_offset = -(-cur.pos // align) * align
+    for t in tensors.values():
+        t.offset += data_offset
+        if t.type in GGML_TYPES and t.offset + t.nbytes > size:
+            raise ValueError(
+                f"{path}: truncated: tensor {t.name} ends at byte {t.offset + t.nbytes}, "
+                f"past the end of the file ({size} bytes)"
+            )
+    return version, metadata, tensors, data_offset, data
+
+
+def read_gguf_metadata(path):
+    """The key/value metadata alone: no tensor table, no tensor data."""
+    return _parse(path, with_tensors=False)[1]
+
+
+def read_gguf(path):
+    """Metadata and tensor table of a GGUF file, and a lazy memory map of its data."""
+    version, metadata, tensors, data_offset, data = _parse(path, with_tensors=True)
+    return GGUF(str(path), version, metadata, tensors, data_offset, data)
+
+
+def _f16(blocks, at):
+    """The float16 at byte `at` of every block, as a float32 column (n_blocks, 1)."""
+    return blocks[:, at : at + 2].copy().view(np.float16).astype(np.float32)
+
+
+def _nibbles(qs):
+    """(n_blocks, 16) bytes -> (n_blocks, 32) float32: low nibbles first, then high nibbles."""
+    out = np.empty((qs.shape[0], 32), dtype=np.float32)
+    out[:, :16] = qs & 0x0F
+    out[:, 16:] = qs >> 4
+    return out
+
+
+def dequantize(raw, ggml_type, shape):
+    """float32 array of `shape` (outermost first) from the raw uint8 bytes of one tensor."""
+    raw = np.asarray(raw, dtype=np.uint8).reshape(-1)
+    if ggml_type == 0:  # F32
+        out = raw.view(np.float32).copy()
+    elif ggml_type == 1:  # F16
+        out = raw.view(np.float16).astype(np.float32)
+    elif ggml_type == 30:  # BF16: the top half of a float32
+        out = (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    elif ggml_type in (2, 3, 8):
+        _, block, size = GGML_TYPES[ggml_type]
+        blocks = raw.reshape(-1, size)  # (n_blocks, bytes per block)
+        d = _f16(blocks, 0)
+        if ggml_type == 8:  # Q8_0
+            out = d * blocks[:, 2:].view(np.int8)
+        elif ggml_type == 2:  # Q4_0: nibbles are offset by 8 to be signed
+            out = _nibbles(blocks[:, 2:])
+            out -= 8
+            out *= d
+        else:  # Q4_1: unsigned nibbles with a per-block minimum
+            out = _nibbles(blocks[:, 4:])
+            out *= d
+            out += _f16(blocks, 2)
+    else:
+        supported = ", ".join(type_name(t) for t in (0, 1, 30, 8, 2, 3))
+        raise ValueError(f"ggml type {type_name(ggml_type)} is not supported ({supported} are)")
+    return out.reshape(shape)
+
+
+def read_tensor(gguf, name):
+    """One tensor of a read_gguf result as float32 numpy, dequantized."""
+    t = gguf.tensors[name]
+    if t.type not in (0, 1, 30, 8, 2, 3):
+        raise ValueError(
+            f"{gguf.path}: tensor {name} has type {type_name(t.type)}, which nanoRM cannot "
+            f"dequantize (F32, F16, BF16, Q8_0, Q4_0 and Q4_1 only)"
+        )
+    return dequantize(gguf.data[t.offset : t.offset + t.nbytes], t.type, t.shape)
+
+
+# ------------------------------------------------------------------ a LLaMA checkpoint
+_LAYER_NAMES = {
+    "attn_q": "attention.wq",
+    "attn_k": "attention.wk",
+    "attn_v": "attention.wv",
+    "attn_output": "attention.wo",
+    "ffn_gate": "feed_forward.w1",
+    "ffn_down": "feed_forward.w2",
+    "ffn_up": "feed_forward.w3",
+    "attn_norm": "attention_norm",
+    "ffn_norm": "ffn_norm",
+}
+_TOP_NAMES = {"token_embd": "tok_embeddings", "output_norm": "norm", "output": "output"}
+
+
+def _meta_name(name):
+    """llama.cpp's tensor name -> Meta's, or None for a tensor a plain LLaMA does not have."""
+    parts = name.split(".")
+    if len(parts) == 2 and parts[1] == "weight" and parts[0] in _TOP_NAMES:
+        return f"{_TOP_NAMES[parts[0]]}.weight"
+    if len(parts) == 4 and parts[0] == "blk" and parts[3] == "weight" and parts[2] in _LAYER_NAMES:
+        return f"layers.{parts[1]}.{_LAYER_NAMES[parts[2]]}.weight"
+    return None
+
+
+def _decimal(x):
+    """A float32 from the file as the decimal it was written from: 9.99999975e-06 -> 1e-05."""
+    return float(str(np.float32(x)))
+
+
+def load_gguf_checkpoint(path):
+    """(ModelConfig kwargs, float32 state dict in Meta's names) of a llama-architecture GGUF.
+
+    llama.cpp's converter stores wq and wk rows in Meta's interleaved-pair RoPE order (it undoes
+    Hugging Face's permutation), so they are used as stored; tests/test_gguf.py checks that
+    against transformers' own reading of the same file."""
+    g = read_gguf(path)
+    md = g.metadata
+    arch = md.get("general.architecture")
+    if arch != "llama":
+        raise ValueError(f"{path}: architecture {arch!r}; only 'llama' GGUF files are supported")
+    scaling = md.get("llama.rope.scaling.type", "none")
+    if scaling != "none" or "rope_freqs.weight" in g.tensors:
+        raise ValueError(
+            f"{path}: RoPE scaling ({scaling!r}, or a rope_freqs.weight table) is not supported"
+        )
+    names = {}
+    for name in g.tensors:
+        key = _meta_name(name)
+        if key is None:
+            raise ValueError(f"{path}: tensor {name} has no place in a plain LLaMA")
+        names[name] = key
+    for name, t in g.tensors.items():  # refuse before spending seconds dequantizing the rest
+        if t.type not in (0, 1, 30, 8, 2, 3):
+            read_tensor(g, name)
+    sd = {key: torch.from_numpy(read_tensor(g, name)) for name, key in names.items()}
+
+    def get(key, default=None):
+        if f"llama.{key}" not in md and default is None:
+            raise ValueError(f"{path}: metadata key llama.{key} is missing")
+        return md.get(f"llama.{key}", default)
+
+    dim, n_heads = get("embedding_length"), get("attention.head_count")
+    head_dim = dim // n_heads
+    for key in ("rope.dimension_count", "attention.key_length", "attention.value_length"):
+        if md.get(f"llama.{key}", head_dim) != head_dim:
+            raise ValueError(
+                f"{path}: llama.{key} is {md[f'llama.{key}']}, but nanoRM's LLaMA needs "
+                f"dim / n_heads = {head_dim} (full-width RoPE, no separate head size)"
+            )
+    kw = dict(
+        dim=dim,
+        n_layers=get("block_count"),
+        n_heads=n_heads,
+        n_kv_heads=get("attention.head_count_kv", n_heads),
+        vocab_size=sd["tok_embeddings.weight"].shape[0],
+        hidden_dim=get("feed_forward_length"),
+        norm_eps=_decimal(get("attention.layer_norm_rms_epsilon")),
+        rope_theta=_decimal(get("rope.freq_base", 10000.0)),
+        max_seq_len=get("context_length"),
+        tie_embeddings="output.weight" not in sd,
+    )
+    return kw, sd
+
+
+def main():
+    g = read_gguf(sys.argv[1])
+    print(f"{g.path}: GGUF v{g.version}, {len(g.metadata)} keys, {len(g.tensors)} tensors")
+    for k, v in g.metadata.items():
+        s = repr(v) if not isinstance(v, list) else f"[{len(v)} items] {v[:3]!r}..."
+        print(f"  {k} = {s[:100]}")
+    for t in g.tensors.values():
+        print(f"  {t.name:32s} {type_name(t.type):10s} {t.shape}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,202 @@
+"""
+A run's plumbing, kept out of train_rm.py's way: who this process is under torchrun and where it
+computes, the output folder (never another run's by accident), what is printed at start, the
+log and its plot, the speed line and MFU, and how every figure of a run is saved.
+
+    proc = setup_processes(cfg)        # RANK, LOCAL_RANK, WORLD_SIZE from torchrun, or one process
+    check_out_dir(cfg, proc)           # refuse an out_dir holding a run unless --resume/--overwrite
+    speed = Speedometer(); speed.add(tokens, computed); tok_s, line = speed.report(...)
+
+train_rm.py is its main user (eval_rm.py and report.py save their figures here); a first
+reading can skip this file.
+"""
+
+import json
+import math
+import os
+import time
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from matplotlib.figure import Figure
+
+from data import UsageError, atomic_write
+from nanorm.cli import check_device
+
+
+@dataclass
+class Processes:
+    """Who this process is and where it computes (torchrun sets RANK, LOCAL_RANK, WORLD_SIZE)."""
+
+    ddp: bool
+    rank: int
+    local_rank: int
+    world: int
+    device: str
+    dtype: str
+    ctx: AbstractContextManager  # bf16 autocast, or nothing
+
+    @property
+    def master(self):  # rank 0 writes the checkpoint, the log and the plots
+        return self.rank == 0
+
+    @property
+    def cuda(self):
+        return self.device.startswith("cuda")
+
+
+def setup_processes(cfg):
+    ddp = "RANK" in os.environ
+    rank, local_rank, world = 0, 0, 1
+    device = check_device(cfg.device)
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if ddp:
+        rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+        world = int(os.environ["WORLD_SIZE"])
+        dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+        if device.startswith("cuda"):
+            device = f"cuda:{local_rank}"
+            torch.cuda.set_device(device)
+    dtype = cfg.dtype
+    if dtype == "auto":  # bf16 where the GPU has it; on a CPU fp32, which is faster there
+        dtype = (
+            "bfloat16"
+            if device.startswith("cuda") and torch.cuda.is_bf16_supported()
+            else "float32"
+        )
+    autocast = torch.autocast(device.split(":")[0], dtype=torch.bfloat16)
+    ctx = autocast if dtype == "bfloat16" else nullcontext()
+    return Processes(ddp, rank, local_rank, world, device, dtype, ctx)
+
+
+def check_out_dir(cfg, proc):
+    """Never replace another run by accident, nor resume nothing. Rank 0 looks before any rank
+    writes, and every rank gets its answer, so that all of them stop together."""
+    ckpt, problem = os.path.join(cfg.out_dir, "ckpt.pt"), None
+    if proc.master and cfg.resume and not os.path.exists(ckpt):
+        problem = f"{ckpt} not found: nothing to resume (drop --resume to start a new run)"
+    elif proc.master and os.path.exists(ckpt) and not (cfg.resume or cfg.overwrite):
+        problem = (
+            f"{cfg.out_dir} holds a run ({ckpt}): pass --resume to continue it, "
+            "--overwrite to replace it, or another --out_dir"
+        )
+    if proc.ddp:
+        box = [problem]
+        dist.broadcast_object_list(box, src=0)
+        problem = box[0]
+    if problem:
+        raise UsageError(problem)
+
+
+def start_log(path, keep_until=None):
+    """Keep the log rows of the steps a resumed checkpoint holds (up to keep_until); a new
+    run (keep_until None) starts an empty log. Makes the log's folder."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        rows = [r for r in f if keep_until is not None and json.loads(r)["step"] <= keep_until]
+    with open(path, "w") as f:
+        f.writelines(rows)
+
+
+def check_finite(objective, step, ckpt_path):
+    """Stop at a NaN or infinite loss, saying what is kept (the last checkpoint was written
+    before it, and is never overwritten by the diverged weights)."""
+    if not math.isfinite(objective):
+        kept = f"the last good checkpoint stays at {ckpt_path}"
+        kept = kept if os.path.exists(ckpt_path) else "no checkpoint was written yet"
+        raise FloatingPointError(f"loss is {objective} at step {step}: stopping; {kept}")
+
+
+def append_row(path, row):
+    with open(path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def describe(rm, cfg, proc, train, val):
+    """What a reader needs at startup: sizes, what trains, the device and the batch."""
+    n_params = sum(p.numel() for p in rm.parameters())
+    n_train = sum(p.numel() for p in rm.parameters() if p.requires_grad)
+    G = cfg.batch_size * cfg.grad_accum * proc.world
+    which = f" (the top {cfg.train_layers} layers, final norm and head)" if cfg.train_layers else ""
+    return (
+        f"{type(rm).__name__}: {n_params:,} parameters, {n_train:,} of them train{which}\n"
+        f"{len(train)} train / {len(val)} val pairs, device {proc.device} x {proc.world}, "
+        f"dtype {proc.dtype}, {cfg.batch_size} pairs x {cfg.grad_accum} accumulation "
+        f"x {proc.world} ranks = {G} pairs/step"
+    )
+
+
+def estimate_mfu(cfg, n_params, tokens_per_second, peak_flops=989e12, seq_len=None):
+    """Model FLOPs utilisation: the FLOP/s that training at tokens_per_second needs, as a
+    fraction of the accelerator's peak, for a model of ModelConfig cfg (989e12: H100 SXM, bf16, dense). As nanoGPT, after
+    PaLM's appendix B, a trained token costs 6 N + 12 L H Q T FLOPs: each of the N weights
+    does a multiply-add forward and two backward; per layer the scores q.k and their sum
+    over v are H*Q*T multiply-adds each, forward, and twice that backward. N: the weights a
+    token multiplies by (no embedding table, and for a reward model no LM head). T: the
+    length attended over (default max_seq_len; the mean row length is fairer). Count
+    useful tokens only: padding computed is not progress."""
+    T = seq_len or cfg.max_seq_len
+    flops_per_token = 6 * n_params + 12 * cfg.n_layers * cfg.n_heads * cfg.head_dim * T
+    return flops_per_token * tokens_per_second / peak_flops
+
+
+def matmul_weights(rm):
+    """The weights a token is multiplied by (for MFU): not the embedding lookup, nor an LM head
+    that is frozen because it is never used."""
+    return sum(
+        p.numel()
+        for n, p in rm.named_parameters()
+        if "tok_embeddings" not in n and (p.requires_grad or "output" not in n)
+    )
+
+
+class Speedometer:
+    """Tokens per second since the last report, and the time left."""
+
+    def __init__(self):
+        self.t0 = self.start = time.time()
+        self.tokens = self.computed = 0
+
+    def add(self, tokens, computed):
+        self.tokens, self.computed = self.tokens + tokens, self.computed + computed
+
+    def report(self, rm, proc, steps_done, steps_left):
+        """(useful tokens/s, a line: tok/s, MFU on CUDA against an H100's bf16 peak, eta)."""
+        dt = time.time() - self.t0
+        tok_s, line = self.tokens / dt, f"{self.tokens / dt / 1e3:.1f}k tok/s"
+        if proc.cuda:  # per GPU; tokens computed (a packed prompt once)
+            line += f" | mfu {estimate_mfu(rm.backbone.config, matmul_weights(rm), self.computed / dt / proc.world):.1%}"
+        line += f" | eta {(time.time() - self.start) / steps_done * steps_left:.0f}s"
+        self.t0, self.tokens, self.computed = time.time(), 0, 0
+        return tok_s, line
+
+    def total(self):
+        return time.time() - self.start
+
+
+def plot_log(out_dir):
+    """curves.png: loss and accuracy over the steps of log.jsonl (eval_rm draws the rest).
+    matplotlib's object API: no pyplot and no backend switch, so a notebook that calls main()
+    keeps showing its own figures."""
+    with open(os.path.join(out_dir, "log.jsonl")) as f:
+        rows = [json.loads(line) for line in f]
+    fig = Figure(figsize=(10, 3.5))
+    for ax, key in zip(fig.subplots(1, 2), ("loss", "acc"), strict=True):
+        for split, style in (("train", "-"), ("eval", "o-")):
+            pts = [(r["step"], r[key]) for r in rows if r["split"] == split]
+            if pts:
+                ax.plot(*zip(*pts, strict=True), style, label=split, alpha=0.8)
+        ax.set_xlabel("step"), ax.set_title(key), ax.legend(), ax.grid(alpha=0.3)
+    save(fig, out_dir, "curves.png")
+
+
+def save(fig, out_dir, name):
+    """Every figure of a run (train_rm's curves too): laid out, 100 dpi, written atomically."""
+    fig.tight_layout()
+    with atomic_write(os.path.join(out_dir, name)) as f:
+        fig.savefig(f, dpi=100, format="png")

@@ -1,0 +1,85 @@
+"""
+Generate text with a LLaMA checkpoint: by default llama2.c's stories260K, greedy, which prints
+the story llama2.c's own test expects.
+
+    python -m nanorm.sample                                   # greedy story from llama2.c's stories260K
+    python -m nanorm.sample --prompt "Once upon a time" --temperature 0.8 --top_k 40
+    python -m nanorm.sample --ckpt path/to/hf_llama_dir --tokenizer path/to/tokenizer.model
+    python -m nanorm.sample --ckpt ../shared/data/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf \
+        --tokenizer ../shared/data/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf --prompt "Hi"
+    python -m nanorm.sample --ckpt out/ckpt.pt --prompt "1 + 2 ="    # a trained RM's backbone, its tokenizer
+
+One process, on the CPU: generation here is a demonstration, not a service, so there is no
+torchrun form. --ckpt takes any checkpoint ckpt.load_backbone reads (train_rm's ckpt.pt, whose
+tokenizer it carries, and every format checkpoints.py reads).
+"""
+
+if __name__ == "__main__" and not __package__:  # run as a file, the project root is not on the path
+    raise SystemExit(f"{__file__} is part of the nanorm library: run python -m nanorm.sample")
+
+import os
+from dataclasses import asdict
+
+import torch
+
+from data import ArgumentParser, UsageError, run
+from data.tokenizer import load_tokenizer
+from nanorm.ckpt import checkpoint_tokenizer, load_backbone
+from nanorm.cli import is_torch_file, load_torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+STORIES = os.path.join(HERE, "..", "shared", "data", "llama2c", "stories260K")
+
+
+def main(argv=None):
+    p = ArgumentParser(description="Generate text with a LLaMA checkpoint.")
+    p.add_argument(
+        "--ckpt",
+        default=os.path.join(STORIES, "stories260K.bin"),
+        help="llama2.c .bin/.pt, an HF or Meta directory, or a .gguf file",
+    )
+    p.add_argument(
+        "--tokenizer",
+        default=None,
+        help="a .bin vocabulary, .model, .gguf or tokenizer.json (default: the ckpt's own, "
+        "stories260K's tok512.bin for the default ckpt)",
+    )
+    p.add_argument("--prompt", default="")
+    p.add_argument("--max_new_tokens", type=int, default=200)
+    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+    p.add_argument("--top_k", type=int, default=None, help="sample among the k likeliest only")
+    p.add_argument("--seed", type=int, default=1337)
+    args = p.parse_args(argv)
+    for name, value, least in (
+        ("max_new_tokens", args.max_new_tokens, 0),
+        ("temperature", args.temperature, 0),
+        ("top_k", args.top_k, 1),
+    ):
+        if value is not None and not value >= least:  # not >=: a NaN fails too
+            p.error(f"--{name} must be >= {least}, got {value}")
+    if args.tokenizer is None and args.ckpt == p.get_default("ckpt"):
+        args.tokenizer = os.path.join(STORIES, "tok512.bin")
+    for path in (args.ckpt, args.tokenizer):
+        if path is not None and not os.path.exists(path):
+            raise UsageError(f"{path} not found")
+
+    torch.manual_seed(args.seed)
+    if is_torch_file(args.ckpt):
+        load_torch(args.ckpt, mmap=True)  # a truncated .pt: one line, "X is corrupt (...)"
+    try:
+        model = load_backbone(args.ckpt)
+    except ValueError as e:  # the readers' "wrong format, truncated, shapes do not fit"
+        raise UsageError(str(e) if args.ckpt in str(e) else f"{args.ckpt}: {e}") from None
+    try:
+        tok = load_tokenizer(args.tokenizer) if args.tokenizer else checkpoint_tokenizer(args.ckpt)
+    except (ValueError, RuntimeError) as e:  # sentencepiece raises RuntimeError
+        raise UsageError(f"{args.tokenizer or args.ckpt}: no readable tokenizer ({e})") from None
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"{n_params:,} parameters; config {asdict(model.config)}")
+    ids = torch.tensor([tok.encode(args.prompt, bos=True)])
+    out = model.generate(ids, args.max_new_tokens, args.temperature, args.top_k)
+    print(tok.decode(out[0].tolist()))
+
+
+if __name__ == "__main__":
+    run(main)

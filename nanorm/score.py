@@ -1,0 +1,74 @@
+"""
+Score a response with a reward model, or export it for Hugging Face: reward.py's command line.
+
+    python -m nanorm.score --ckpt out/ckpt.pt --prompt "Once upon a time" --response "there was a cat."
+    python -m nanorm.score --ckpt out/ckpt.pt --prompt "Hi" --response "Hello" --normalize  # (r-mean)/std
+    python -m nanorm.score --ckpt out/ckpt.pt --export_hf out/hf       # a LlamaForSequenceClassification
+    python -m nanorm.score --ckpt ../shared/data/llama2c/stories260K/stories260K.bin \
+        --tokenizer ../shared/data/llama2c/stories260K/tok512.bin --prompt "Hi" --response "Hello"
+
+The last one has an untrained (random) head: any checkpoint model.py reads can be a backbone
+(llama2.c, Meta, Hugging Face, GGUF), and an HF LlamaForSequenceClassification directory brings
+its trained `score` head with it. The response is laid out as training laid it out (the chat
+format stored with the data), and the printed reward is served as the checkpoint says: minus its
+length calibration if one is stored (calibrate.py), normalized with --normalize. Accuracy on a
+file of pairs is eval_rm.py's.
+"""
+
+if __name__ == "__main__" and not __package__:  # run as a file, the project root is not on the path
+    raise SystemExit(f"{__file__} is part of the nanorm library: run python -m nanorm.score")
+
+import argparse
+
+import torch
+
+from data import ArgumentParser, run
+from data.chat import chat_format
+from data.pairs import encode_pair
+from data.tokenizer import load_tokenizer
+from nanorm.calibrate import served
+from nanorm.ckpt import checkpoint_tokenizer, load_for_scoring
+from nanorm.export_hf import export_hf
+
+
+@torch.no_grad()
+def main(argv=None):
+    p = ArgumentParser(description="Score a response with a reward model, or export it.")
+    p.add_argument("--ckpt", required=True, help="a saved reward model, or any backbone")
+    p.add_argument("--tokenizer", default=None, help="default: the one the ckpt carries")
+    p.add_argument("--prompt", default="")
+    p.add_argument("--response", default=None)
+    p.add_argument("--export_hf", default=None, help="write a LlamaForSequenceClassification dir")
+    p.add_argument("--normalize", action="store_true", help="(r - mean) / std, as the ckpt stores")
+    p.add_argument("--pairs", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.pairs is not None:
+        hint = f"python eval_rm.py --ckpt {args.ckpt} --data {args.pairs} --out DIR"
+        p.error(f"accuracy on pairs is eval_rm.py's: {hint}")
+    if (args.response is None) == (args.export_hf is None):
+        p.error("give exactly one of --response and --export_hf")
+    model, ckpt = load_for_scoring(args.ckpt)
+    if ckpt is None:
+        print(f"note: {args.ckpt} is a backbone; its head is random unless it had a `score`")
+    ckpt = ckpt or {}
+    meta = ckpt.get("data_meta") or {}
+    tok_file = args.tokenizer  # default: the checkpoint's own
+    tok = load_tokenizer(tok_file) if tok_file else checkpoint_tokenizer(ckpt or args.ckpt)
+    if args.export_hf is not None:  # records the calibration and normalization in config.json
+        export_hf(model, args.export_hf, tok, meta, record=ckpt)
+        return
+    fmt = chat_format(tok, meta.get("chat_format", "auto"))  # the layout it was trained on
+    pair = {"prompt": args.prompt, "chosen": args.response, "rejected": args.response}
+    prompt, response, _, _ = encode_pair(tok, pair, model.backbone.config.max_seq_len, fmt)
+    r = model(torch.tensor([prompt + response])).item()
+    try:  # the stored length calibration, L = the response's tokens (its end token included)
+        r_served = float(served(ckpt, r, len(response), args.normalize, args.ckpt))
+    except ValueError as e:
+        p.error(f"--normalize: {e}")
+    what = "normalized" if args.normalize else "length-calibrated"
+    served_as = f" ({what}; raw {r:.6f}, {len(response)} response tokens)" if r_served != r else ""
+    print(f"reward: {r_served:.6f}{served_as}")
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,650 @@
+"""
+Checks the classroom exercises against nanoRM's own functions on randomized inputs.
+
+    python notebooks/exercises/check.py               # every exercise in exercises/ex*.py (the student's)
+    python notebooks/exercises/check.py ex2 ex4       # only these
+    python notebooks/exercises/check.py --solutions   # the teacher's exercises/solutions/ex*.py
+
+For each exercise it prints PASS, or FAIL with a hint about the most likely mistake and the
+input that showed it. The exit status is 0 when every checked exercise passes.
+
+From Python (this is what tests/test_exercises.py does):
+
+    import check
+    passed, message = check.check(check.load("exercises/ex1_pooling.py"), "ex1_pooling")
+
+Every exercise is compared with the function nanoRM itself uses, never with a second copy of
+the answer: reward.last_real_index, reward.pairwise_loss, model.apply_rope, critic.gae,
+verifiable.extract_boxed and critic.value_loss.
+"""
+
+import argparse
+import importlib.util
+import os
+import random
+import sys
+import textwrap
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, ROOT)  # nanoRM's files live in the project root
+
+import torch  # noqa: E402
+
+import critic  # noqa: E402
+import model  # noqa: E402
+import reward  # noqa: E402
+import verifiable  # noqa: E402
+
+SEEDS = range(6)  # every randomized check runs on several seeds
+
+
+class Fail(Exception):
+    """A check failed; the message is what the student reads."""
+
+
+# ----------------------------------------------------------------------------- helpers
+def _show(t):
+    """A tensor as a short readable string."""
+    if not torch.is_tensor(t):
+        return repr(t)
+    if t.dtype.is_floating_point:
+        return (
+            str([[round(v, 4) for v in row] for row in t.tolist()])
+            if t.dim() == 2
+            else (str([round(v, 4) for v in t.flatten().tolist()]))
+        )
+    return str(t.tolist())
+
+
+def _call(fn, *args, **kwargs):
+    """Call the student's function on copies of the inputs, and check it left them alone."""
+    copies = [a.clone() if torch.is_tensor(a) else a for a in args]
+    out = fn(*copies, **kwargs)
+    for a, c in zip(args, copies, strict=True):
+        if torch.is_tensor(a) and not torch.equal(a, c.detach()):
+            raise Fail(
+                "your function changed its input tensor in place; work on new tensors instead "
+                "(e.g. x = x - y, not x -= y), the caller still needs its inputs"
+            )
+    return out
+
+
+def _tensor(out, what, shape=None):
+    if not torch.is_tensor(out):
+        raise Fail(f"{what} must be a torch.Tensor, got {type(out).__name__}")
+    if shape is not None and tuple(out.shape) != tuple(shape):
+        raise Fail(f"{what} must have shape {tuple(shape)}, got {tuple(out.shape)}")
+    return out
+
+
+def _close(a, b, atol=1e-5, rtol=1e-5):
+    return a.shape == b.shape and torch.allclose(a.double(), b.double(), atol=atol, rtol=rtol)
+
+
+def _grads(loss, *inputs):
+    """Gradients of a scalar loss with respect to inputs, or a Fail when none flows."""
+    if not loss.requires_grad:
+        raise Fail(
+            "no gradient flows through your loss: keep every step in torch (no .item(), "
+            "numpy, float() or .detach()), or training could not use it"
+        )
+    return torch.autograd.grad(loss, inputs, allow_unused=True)
+
+
+# ----------------------------------------------------------------------------- ex1: pooling
+def _padded_mask(rng, B, T, side):
+    mask = torch.zeros(B, T, dtype=torch.long)
+    for b in range(B):
+        n = rng.randint(1, T)  # at least one real token
+        row_side = rng.choice(["left", "right"]) if side == "mixed" else side
+        if row_side == "none":
+            n = T
+        if row_side == "left":
+            mask[b, T - n :] = 1
+        else:
+            mask[b, :n] = 1
+    return mask
+
+
+def check_pooling(mod):
+    fn = _function(mod, "last_real_index")
+    cases = [("no padding", torch.ones(2, 5, dtype=torch.long))]
+    for seed in SEEDS:
+        rng = random.Random(seed)
+        for side in ("right", "left", "mixed"):
+            B, T = rng.randint(1, 6), rng.randint(1, 10)
+            cases.append((f"{side} padding", _padded_mask(rng, B, T, side)))
+    cases.append(("a bool mask", _padded_mask(random.Random(0), 4, 7, "mixed").bool()))
+    cases.append(("a single token", torch.ones(1, 1, dtype=torch.long)))
+    for what, mask in cases:
+        want = reward.last_real_index(mask)
+        got = _tensor(_call(fn, mask), "the result", want.shape)
+        if got.dtype.is_floating_point:
+            raise Fail(
+                f"return integer indices (e.g. torch.long), got {got.dtype}: the index is used "
+                "as h[torch.arange(B), index]"
+            )
+        if torch.equal(got.long(), want):
+            continue
+        m = mask.long()
+        T = m.size(1)
+        first = (m * torch.arange(T)).masked_fill(m == 0, T).min(-1).values
+        if torch.equal(got.long(), torch.full_like(want, T - 1)):
+            hint = (
+                "your index is always the last column (T - 1). With right padding the last "
+                "column is padding, and the reward would be read from a pad token."
+            )
+        elif torch.equal(got.long(), m.sum(-1) - 1):
+            hint = (
+                "you count the real tokens (mask.sum(-1) - 1). That is the last real index only "
+                "with right padding: with left padding the real tokens END at the last column. "
+                "Look for the largest t where the mask is 1."
+            )
+        elif torch.equal(got.long(), m.sum(-1)) or torch.equal(got.long(), want + 1):
+            hint = "off by one: indices start at 0, so a row with n real tokens ends at n - 1."
+        elif torch.equal(got.long(), first):
+            hint = "that is each row's FIRST real token; the reward is read at the LAST one."
+        else:
+            hint = "this is not the last real token of every row."
+        raise Fail(
+            f"{hint}\n  mask ({what}):\n{mask}\n  expected {want.tolist()}, got {got.tolist()}"
+        )
+    return len(cases)
+
+
+# ----------------------------------------------------------------------------- ex2: logsig
+def _reference_logsig(r_c, r_r, margin=None):
+    return reward.pairwise_loss("logsig", r_c, r_r, margin=margin)
+
+
+def check_logsig(mod):
+    fn = _function(mod, "logsig_loss")
+    n = 0
+    for seed in SEEDS:
+        g = torch.Generator().manual_seed(seed)
+        B = 1 + seed * 3
+        r_c, r_r = (
+            (3 * torch.randn(B, generator=g)).requires_grad_(),
+            3 * torch.randn(B, generator=g),
+        )
+        r_r.requires_grad_()
+        for margin in (None, torch.rand(B, generator=g) * 2):
+            n += 1
+            want = _reference_logsig(r_c, r_r, margin)
+            got = _tensor(_call(fn, r_c, r_r, margin), "the loss")
+            if got.dim() != 0:
+                if got.shape == r_c.shape:
+                    raise Fail(
+                        f"return one number, the MEAN over the pairs (shape ()), not one loss per "
+                        f"pair (shape {tuple(got.shape)})"
+                    )
+                raise Fail(f"return a scalar (shape ()), got shape {tuple(got.shape)}")
+            if not torch.isfinite(got):
+                raise Fail(f"your loss is {got.item()} on ordinary rewards {_show(r_c)}")
+            if not _close(got, want):
+                raise Fail(_logsig_hint(got, r_c, r_r, margin))
+            g_want = torch.autograd.grad(want, (r_c, r_r))
+            g_got = _grads(got, r_c, r_r)
+            for a, b in zip(g_got, g_want, strict=True):
+                if a is None or not _close(a, b):
+                    raise Fail(
+                        "your loss has the right value but the wrong gradient; did you detach "
+                        "part of it (or use .data)?"
+                    )
+    # stability: the reference stays finite, log(sigmoid(x)) does not
+    r_c = torch.tensor([-200.0, 0.0, 150.0, 900.0], requires_grad=True)
+    r_r = torch.tensor([0.0, 300.0, -5.0, -900.0], requires_grad=True)
+    want = _reference_logsig(r_c, r_r)
+    got = _tensor(_call(fn, r_c, r_r), "the loss")
+    if not torch.isfinite(got).all() or not _close(got, want, rtol=1e-4):
+        raise Fail(
+            f"with large reward gaps (r_chosen = {_show(r_c)}, r_rejected = {_show(r_r)}) the "
+            f"loss should be {want.item():.2f}, yours is {got.item()}. sigmoid(-200) rounds to 0 "
+            "in float32 and log(0) = -inf: use torch.nn.functional.logsigmoid, which computes "
+            "log(sigmoid(x)) in one stable step."
+        )
+    grads = _grads(got, r_c, r_r)
+    if any(gr is None or not torch.isfinite(gr).all() for gr in grads):
+        raise Fail(
+            "with large reward gaps your loss is finite but its gradient is not (nan or inf): "
+            "use torch.nn.functional.logsigmoid rather than log(sigmoid(x)) or log(1 + exp(-x))"
+        )
+    return n + 1
+
+
+def _logsig_hint(got, r_c, r_r, margin):
+    ref = _reference_logsig
+    with torch.no_grad():
+        B = r_c.numel()
+        known = [
+            (
+                ref(r_r, r_c, None if margin is None else -margin),
+                "chosen and rejected are swapped: the loss must be SMALL when r_chosen > "
+                "r_rejected, i.e. -log sigmoid(r_chosen - r_rejected).",
+            ),
+            (-ref(r_c, r_r, margin), "a sign: the loss is MINUS log sigmoid(...), so it is >= 0."),
+            (
+                ref(r_c, r_r, margin) * B,
+                "you summed over the pairs; take the mean, so the loss (and the learning rate "
+                "that suits it) does not depend on the batch size.",
+            ),
+        ]
+        if margin is not None:
+            known += [
+                (
+                    ref(r_c, r_r, -margin),
+                    "the margin is SUBTRACTED: -log sigmoid(r_c - r_r - margin) asks for a gap of "
+                    "at least `margin` before the loss gets small.",
+                ),
+                (ref(r_c, r_r), "you ignored the margin argument."),
+            ]
+        for value, hint in known:
+            if _close(got, value):
+                return hint
+        where = "" if margin is None else f", margin = {_show(margin)}"
+        return (
+            f"for r_chosen = {_show(r_c)}, r_rejected = {_show(r_r)}{where} the loss should be "
+            f"{ref(r_c, r_r, margin).item():.6f}, yours is {got.item():.6f}."
+        )
+
+
+# ----------------------------------------------------------------------------- ex3: RoPE
+def _rope_inputs(seed):
+    g = torch.Generator().manual_seed(seed)
+    rng = random.Random(seed)
+    B, T, H, D = rng.randint(1, 3), rng.randint(1, 7), rng.randint(1, 4), 2 * rng.randint(1, 8)
+    x = torch.randn(B, T, H, D, generator=g)
+    # positions as model.py derives them: left-padded rows start at position 0
+    mask = _padded_mask(rng, B, T, "mixed")
+    positions = (mask.cumsum(-1) - 1).clamp(min=0) + rng.choice([0, 0, 37])
+    inv_freq = model.rope_frequencies(model.ModelConfig(dim=H * D, n_heads=H))
+    angles = positions[..., None].float() * inv_freq  # (B, T, D/2)
+    return x, angles.cos(), angles.sin()
+
+
+def _rotate_half(x, cos, sin):
+    """Hugging Face's layout: pairs (i, i + D/2)."""
+    D = x.size(-1)
+    x1, x2 = x[..., : D // 2], x[..., D // 2 :]
+    cos, sin = cos.unsqueeze(-2), sin.unsqueeze(-2)
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
+def check_rope(mod):
+    fn = _function(mod, "apply_rope")
+    for seed in SEEDS:
+        x, cos, sin = _rope_inputs(seed)
+        want = model.apply_rope(x, cos, sin)
+        got = _tensor(_call(fn, x, cos, sin), "the result", x.shape)
+        if got.dtype != x.dtype:
+            raise Fail(f"return the dtype of x ({x.dtype}), got {got.dtype}")
+        if _close(got, want):
+            continue
+        shapes = f"x {tuple(x.shape)}, cos and sin {tuple(cos.shape)}"
+        if _close(got, _rotate_half(x, cos, sin)):
+            hint = (
+                "you rotated the pairs (i, i + D/2), Hugging Face's rotate_half layout. model.py "
+                "rotates ADJACENT pairs (x[2i], x[2i+1]) like Meta's code and llama2.c (HF "
+                "checkpoints permute the rows of wq and wk so that both agree)."
+            )
+        elif _close(got, model.apply_rope(x, cos, -sin)):
+            hint = (
+                "you rotate by minus the angle: out[2i] = x[2i] cos - x[2i+1] sin and "
+                "out[2i+1] = x[2i] sin + x[2i+1] cos."
+            )
+        elif _close(got, x):
+            hint = "your output is x unchanged."
+        elif not _close(
+            got.pow(2).unflatten(-1, (-1, 2)).sum(-1),
+            x.pow(2).unflatten(-1, (-1, 2)).sum(-1),
+            atol=1e-4,
+        ):
+            hint = (
+                "a rotation keeps the length of every pair (x[2i], x[2i+1]); yours changes it: "
+                "use the cos and sin of the same angle in both lines, with the signs above."
+            )
+        else:
+            hint = (
+                "each pair keeps its length, but the angle is wrong: is pair i using cos[..., i]?"
+            )
+        diff = (got - want).abs().max().item()
+        raise Fail(f"{hint}\n  shapes: {shapes}; largest difference {diff:.3g}")
+    return len(SEEDS)
+
+
+# ----------------------------------------------------------------------------- ex4: GAE
+def _gae_cases():
+    one = torch.tensor([[0.0, 0.0, 1.0]]), torch.tensor([[0.5, 0.5, 0.5]]), torch.ones(1, 3)
+    yield "one episode (the docstring's example), gamma = 1, lam = 1", *one, 1.0, 1.0
+    for seed in SEEDS:
+        g = torch.Generator().manual_seed(seed)
+        rng = random.Random(seed)
+        B, R = rng.randint(1, 3), rng.randint(2, 6)
+        rewards, values = torch.randn(B, R, generator=g), torch.randn(B, R, generator=g)
+        gamma, lam = rng.choice([1.0, 0.99, 0.9]), rng.choice([0.95, 0.0, 1.0, 0.8])
+        kind = ["no padding", "right padding", "masked steps inside the response"][seed % 3]
+        mask = torch.ones(B, R)
+        if kind != "no padding":
+            mask = _padded_mask(rng, B, R, "right").float()
+        if kind == "masked steps inside the response":
+            mask[:, 0] = 1
+            holes = torch.rand(B, R, generator=g) < 0.3
+            holes[:, 0] = False
+            mask = mask * ~holes
+        yield f"{kind}, gamma = {gamma}, lam = {lam}", rewards, values, mask, gamma, lam
+
+
+def _gae_loop_no_carry(rewards, values, mask, gamma, lam):
+    """A common mistake: treat a masked step as the end of the episode."""
+    B, R = rewards.shape
+    adv = torch.zeros(B, R)
+    nv, na = torch.zeros(B), torch.zeros(B)
+    for t in reversed(range(R)):
+        m = mask[:, t].bool()
+        a = rewards[:, t] + gamma * nv - values[:, t] + gamma * lam * na
+        adv[:, t] = torch.where(m, a, 0.0)
+        nv, na = torch.where(m, values[:, t], 0.0), torch.where(m, a, 0.0)
+    return adv
+
+
+def check_gae(mod):
+    fn = _function(mod, "gae")
+    n = 0
+    for what, rewards, values, mask, gamma, lam in _gae_cases():
+        n += 1
+        want_adv, want_ret = critic.gae(rewards, values, mask, gamma, lam)
+        out = _call(fn, rewards, values, mask, gamma=gamma, lam=lam)
+        if not isinstance(out, (tuple, list)) or len(out) != 2:
+            raise Fail("return a pair (advantages, returns)")
+        adv = _tensor(out[0], "advantages", rewards.shape)
+        ret = _tensor(out[1], "returns", rewards.shape)
+        if _close(adv, want_adv) and _close(ret, want_ret):
+            continue
+        inputs = (
+            f"\n  case: {what}\n  rewards {_show(rewards)}\n  values  {_show(values)}"
+            f"\n  mask    {_show(mask.long())}"
+        )
+        if not _close(adv, want_adv):
+            masked = mask == 0
+            if masked.any() and adv.detach()[masked].abs().max() > 1e-6:
+                hint = "masked steps must get advantage 0 (and return 0)."
+            elif what.startswith("masked") and _close(
+                adv, _gae_loop_no_carry(rewards, values, mask, gamma, lam)
+            ):
+                hint = (
+                    "a masked step INSIDE a response is not the end of the episode: skip it, so "
+                    "the action before it bootstraps from the next real action's V and A (keep "
+                    "carrying them across masked steps instead of resetting them to 0)."
+                )
+            elif what.startswith("right") or what.startswith("masked"):
+                hint = (
+                    "your advantages are wrong once there is padding: padding is not part of "
+                    "the episode, so after a row's last real action V_{t+1} = 0 and A_{t+1} = 0."
+                )
+            else:
+                hint = (
+                    "the advantages are wrong. From the last step backwards: delta_t = r_t + "
+                    "gamma * V_{t+1} - V_t (V after the last step is 0), A_t = delta_t + gamma * "
+                    "lam * A_{t+1}."
+                )
+            raise Fail(
+                f"{hint}{inputs}\n  expected advantages {_show(want_adv)}\n  got {_show(adv)}"
+            )
+        if _close(ret, adv):
+            hint = "the returns are advantages + values (the lambda-return), not the advantages."
+        elif _close(ret, (want_adv + values)) and not _close(ret, want_ret):
+            hint = "masked steps must get return 0."
+        else:
+            hint = (
+                "the advantages are right but the returns are not: returns = advantages + values."
+            )
+        raise Fail(f"{hint}{inputs}\n  expected returns {_show(want_ret)}\n  got {_show(ret)}")
+    return n
+
+
+# ----------------------------------------------------------------------------- ex5: boxed
+_BOXED_EDGE = [
+    ("no box", "The answer is 42."),
+    ("one box", r"So the total is \boxed{42}."),
+    ("nested braces", r"Hence $x = \boxed{\frac{1}{2}}$."),
+    ("deeper nesting", r"\boxed{\sqrt{\frac{a^{2}}{b}}} is it"),
+    ("two boxes", r"First \boxed{3}, no wait: \boxed{4}."),
+    ("an \\fbox", r"the result is \fbox{7}"),
+    ("a \\boxed then an \\fbox", r"\boxed{1} then \fbox{\sqrt{2}}"),
+    ("an \\fbox then a \\boxed", r"\fbox{1} then \boxed{2}"),
+    ("an unclosed last box", r"\boxed{1} and then \boxed{2"),
+    ("escaped braces", r"The set is \boxed{\{1, 2\}}."),
+    ("an unbalanced escaped brace", r"\boxed{\left\{ x \right.}"),
+    ("spaces inside", r"\boxed{  5 }"),
+    ("a space before the brace", r"so \boxed {5}"),
+    ("an empty box", r"\boxed{ }"),
+    ("text after the box", r"\boxed{12} dollars. Done: {yes}"),
+]
+_ATOMS = [
+    "42",
+    "-7",
+    "3.5",
+    r"\frac{1}{2}",
+    r"\sqrt{3}",
+    "x^{2}",
+    r"\pi",
+    r"\{1, 2\}",
+    r"(1, 2)",
+    r"\text{Evelyn}",
+    r"\frac{\sqrt{2}}{2}",
+    r"2\sqrt{5}",
+    "y = 2x + 3",
+]
+_PROSE = ["We compute ", "so ", "Therefore $", ". Then {a} ", "and the answer is ", "\n", "$. "]
+
+
+def _boxed_texts():
+    yield from _BOXED_EDGE
+    for seed in SEEDS:
+        rng = random.Random(seed)
+        for _ in range(5):
+            text = ""
+            for _ in range(rng.randint(0, 3)):
+                answer = " ".join(rng.choice(_ATOMS) for _ in range(rng.randint(1, 2)))
+                cmd = rng.choice([r"\boxed", r"\boxed", r"\fbox"]) + rng.choice(["", "", " "])
+                text += rng.choice(_PROSE) + cmd + "{" + answer + "}" + rng.choice(_PROSE)
+            if rng.random() < 0.15:
+                text += r"\boxed{" + rng.choice(_ATOMS)  # unclosed
+            yield f"random text (seed {seed})", text
+
+
+def check_boxed(mod):
+    fn = _function(mod, "extract_boxed")
+    n = 0
+    for what, text in _boxed_texts():
+        n += 1
+        want = verifiable.extract_boxed(text)
+        got = _call(fn, text)
+        if got == want:
+            continue
+        if got is not None and not isinstance(got, str):
+            raise Fail(f"return a str or None, got {type(got).__name__}")
+        if want is None and "\\boxed" not in text and "\\fbox" not in text:
+            hint = "there is no box in this text: return None."
+        elif want is None and got is not None and got.strip() and what != "an empty box":
+            hint = (
+                "the last \\boxed{ is never closed, so there is no final answer: return None "
+                "(do not fall back to an earlier box)."
+            )
+        elif want is None:
+            hint = "an empty box (only spaces) is no answer: return None."
+        elif got is not None and want is not None and got.strip() == want:
+            hint = "strip the spaces around the answer."
+        elif got is not None and want is not None and want.startswith(got):
+            hint = (
+                "your answer stops at the first '}', but braces nest: \\boxed{\\frac{1}{2}} "
+                "holds \\frac{1}{2}. Count the depth: +1 at '{', -1 at '}', stop at 0."
+            )
+        elif "\\{" in text or "\\}" in text:
+            hint = (
+                "\\{ and \\} are literal braces in LaTeX: they do not open or close a group. "
+                "Skip the character that follows a backslash when you count braces."
+            )
+        elif "\\fbox" in text and got is None:
+            hint = "\\fbox{...} is a box too: look for the last \\boxed OR \\fbox."
+        elif "\\boxed {" in text and got is None:
+            hint = "spaces may separate \\boxed from its brace: \\boxed {5} holds 5."
+        elif got is not None and want is not None and text.find(got) < text.rfind(want):
+            hint = "that is an earlier box; the final answer is in the LAST one."
+        else:
+            hint = "not the content of the last box."
+        raise Fail(f"{hint}\n  text ({what}): {text!r}\n  expected {want!r}, got {got!r}")
+    return n
+
+
+# ----------------------------------------------------------------------------- ex6: value loss
+def _value_inputs(seed):
+    g = torch.Generator().manual_seed(seed)
+    rng = random.Random(seed)
+    B, R = rng.randint(1, 3), rng.randint(1, 5)
+    old = torch.randn(B, R, generator=g)
+    values = (old + 0.5 * torch.randn(B, R, generator=g)).requires_grad_()  # some beyond eps
+    returns = old + torch.randn(B, R, generator=g)
+    mask = _padded_mask(rng, B, R, "right").float()
+    return values, old, returns, mask, rng.choice([0.1, 0.2, 0.3])
+
+
+def _value_variants(values, old, returns, mask, eps):
+    """Common mistakes, each with its hint."""
+    unclipped = (values - returns).pow(2)
+    clipped = (old + (values - old).clamp(-eps, eps) - returns).pow(2)
+    m = mask / mask.sum().clamp(min=1)
+    return [
+        (
+            0.5 * (torch.minimum(unclipped, clipped) * m).sum(),
+            "take the MAXIMUM of the two errors, not the minimum: the loss is pessimistic, so "
+            "moving V further than clip_eps from the old value earns no gradient.",
+        ),
+        (
+            2 * critic.value_loss(values, old, returns, mask, eps),
+            "you are a factor 2 off: the loss is 0.5 * max(...).",
+        ),
+        (
+            0.5 * torch.maximum(unclipped, clipped).mean(),
+            "average over the real tokens only (where mask is 1): padding must not count.",
+        ),
+        (
+            0.5
+            * (
+                torch.maximum(
+                    unclipped, (returns + (values - returns).clamp(-eps, eps) - returns).pow(2)
+                )
+                * m
+            ).sum(),
+            "clip V around the OLD values: V_clip = old_V + clamp(V - old_V, -eps, eps).",
+        ),
+        (0.5 * (unclipped * m).sum(), "you forgot the clipped term."),
+    ]
+
+
+def check_value_loss(mod):
+    fn = _function(mod, "value_loss")
+    for seed in SEEDS:
+        values, old, returns, mask, eps = _value_inputs(seed)
+        want = critic.value_loss(values, old, returns, mask, eps)
+        got = _tensor(_call(fn, values, old, returns, mask, clip_eps=eps), "the loss", ())
+        if not _close(got, want):
+            hint = next(
+                (h for v, h in _value_variants(values, old, returns, mask, eps) if _close(got, v)),
+                f"the loss should be {want.item():.6f}, yours is {got.item():.6f}.",
+            )
+            raise Fail(
+                f"{hint}\n  clip_eps {eps}\n  values {_show(values)}\n  old    {_show(old)}"
+                f"\n  returns {_show(returns)}\n  mask   {_show(mask.long())}"
+            )
+        (g_want,) = torch.autograd.grad(want, values)
+        (g_got,) = _grads(got, values)
+        if g_got is None or not _close(g_got, g_want):
+            raise Fail(
+                "your loss has the right value but not the right gradient with respect to values"
+            )
+    return len(SEEDS)
+
+
+# ----------------------------------------------------------------------------- the registry
+# name -> (function the student writes, the check). The file is exercises/<name>.py.
+EXERCISES = {
+    "ex1_pooling": ("last_real_index", check_pooling),
+    "ex2_logsig": ("logsig_loss", check_logsig),
+    "ex3_rope": ("apply_rope", check_rope),
+    "ex4_gae": ("gae", check_gae),
+    "ex5_boxed": ("extract_boxed", check_boxed),
+    "ex6_value_loss": ("value_loss", check_value_loss),
+}
+
+
+def _function(mod, name):
+    fn = getattr(mod, name, None)
+    if not callable(fn):
+        raise Fail(f"no function named {name!r} in {getattr(mod, '__file__', mod)}")
+    return fn
+
+
+def resolve(name):
+    """'ex1', 'ex1_pooling' or 'ex1_pooling.py' -> 'ex1_pooling'."""
+    stem = os.path.basename(name).removesuffix(".py")
+    matches = [k for k in EXERCISES if k == stem or k.split("_")[0] == stem]
+    if len(matches) != 1:
+        raise KeyError(f"unknown exercise {name!r}; choose from {', '.join(EXERCISES)}")
+    return matches[0]
+
+
+def load(path):
+    """Import a Python file as a fresh module (student and solution files share names)."""
+    path = os.path.abspath(path)
+    tag = "solution" if os.path.basename(os.path.dirname(path)) == "solutions" else "student"
+    name = f"_{tag}_{os.path.basename(path).removesuffix('.py')}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def check(module, name):
+    """(passed, message) for one exercise; module holds the student's function."""
+    name = resolve(name)
+    torch.manual_seed(0)
+    try:
+        n = EXERCISES[name][1](module)
+    except NotImplementedError:
+        return False, "not implemented yet: replace the TODO (and its raise NotImplementedError)"
+    except Fail as e:
+        return False, str(e)
+    except Exception as e:  # the student's code raised: say what and where
+        return False, f"your function raised {type(e).__name__}: {e}"
+    return True, f"PASS ({n} checks against nanoRM's {EXERCISES[name][0]})"
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description="Check the nanoRM classroom exercises.")
+    p.add_argument(
+        "names", nargs="*", help="exercises to check (ex1, ex2_logsig, ...); default all"
+    )
+    p.add_argument("--solutions", action="store_true", help="check exercises/solutions/ instead")
+    args = p.parse_args(argv)
+    folder = os.path.join(HERE, "solutions") if args.solutions else HERE
+    names = [resolve(n) for n in args.names] or list(EXERCISES)
+    failed = 0
+    for name in names:
+        path = os.path.join(folder, name + ".py")
+        try:
+            passed, message = check(load(path), name)
+        except Exception as e:  # a syntax error or an import error in the file itself
+            passed, message = False, f"could not import {path}: {type(e).__name__}: {e}"
+        failed += not passed
+        status = "PASS" if passed else "FAIL"
+        message = message.removeprefix("PASS ") if passed else message
+        lines = [w for line in message.split("\n") for w in textwrap.wrap(line, 77) or [""]]
+        print(f"{name:<16} {status}  " + ("\n" + " " * 23).join(lines))
+    print(f"\n{len(names) - failed}/{len(names)} passed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

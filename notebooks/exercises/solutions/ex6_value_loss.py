@@ -1,0 +1,35 @@
+"""
+Solution to exercise 6: PPO's clipped value loss.
+
+The critic is trained to predict the returns G that GAE computed with the old values. PPO keeps
+it from moving too far in one update: the new value V is also evaluated clipped to within
+clip_eps of the old value, and the loss takes the LARGER of the two errors:
+
+    V_clip = old_V + clamp(V - old_V, -clip_eps, clip_eps)
+    loss   = 0.5 * max((V - G)^2, (V_clip - G)^2)        averaged over real tokens
+
+For teachers: hand this out after the class. Check it with:
+    python notebooks/exercises/check.py --solutions ex6
+nanoRM's version is critic.value_loss, for comparison.
+"""
+
+import torch
+
+
+def value_loss(
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    mask: torch.Tensor,
+    clip_eps: float = 0.2,
+) -> torch.Tensor:
+    """The clipped value loss, a scalar tensor.
+
+    values: (B, R) the critic's new values (requires grad); old_values, returns: (B, R);
+    mask: (B, R), 1 on response tokens. The mean is over the tokens where mask is 1 only
+    (padding must not count), and the result must be differentiable with respect to values.
+    """
+    clipped = old_values + (values - old_values).clamp(-clip_eps, clip_eps)
+    err = torch.maximum((values - returns) ** 2, (clipped - returns) ** 2)  # the larger error
+    mask = mask.to(err.dtype)
+    return 0.5 * (err * mask).sum() / mask.sum().clamp(min=1)  # mean over real tokens only
