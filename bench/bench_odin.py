@@ -1,7 +1,7 @@
 """
 Length under control on the HH recipe: held-out accuracy, length-balanced accuracy and
 reward-length correlation of the plain reward model, its post-hoc length calibration, and ODIN's
-length head over --length_coef and batch size, per HH-RLHF subset (issue 23).
+length head over --length_coef and batch size, per HH-RLHF subset.
 
     nice -n 19 python bench/bench_odin.py                       # all settings, ~11 min each
     nice -n 19 python bench/bench_odin.py --only plain odin0.1   # some of them

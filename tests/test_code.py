@@ -135,8 +135,8 @@ def test_a_run_loads_what_it_runs(tmp_path):
 
 # the words of how work was organised, not of what the code does
 PROCESS = re.compile(
-    r"\bissue \d|\bissues? #?\d|\bsessions?\b|\bprevious round|\bround \d|\brounds \d|"
-    r"\bthis round|\bbefore filing|\bthe agent\b|\bwas lent\b|\bno GPU was lent",
+    r"\bissue \d|\bissues? #?\d|\bsessions?\b|\bprevious round|\bround \d|\brounds \d|\brounds ago|"
+    r"\bearlier rounds?\b|\bthis round|\bbefore filing|\bthe agent\b|\bwas lent\b|\bno GPU was lent",
     re.I,
 )
 
@@ -148,10 +148,10 @@ def test_the_project_speaks_of_the_code():
         if not name.endswith((".py", ".md", ".sh", ".toml", ".txt", ".ipynb")):
             continue
         path = ROOT / name
-        if not path.is_file():
+        if not path.is_file() or name == "tests/test_code.py":  # this file names the words
             continue
         for i, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
-            if PROCESS.search(line) and "PROCESS" not in line:
+            if PROCESS.search(line):
                 bad.append(f"{name}:{i}: {line.strip()[:80]}")
     assert not bad, bad
 
