@@ -92,3 +92,47 @@ def test_command_line():
     assert ok.returncode == 0 and f"{len(NAMES)}/{len(NAMES)} passed" in ok.stdout, ok.stdout
     blank = run("ex1", "ex5_boxed")
     assert blank.returncode == 1 and blank.stdout.count("not implemented yet") == 2, blank.stdout
+
+
+def test_a_solution_that_calls_the_project_fails_with_a_hint(tmp_path):
+    import reward
+
+    borrowed = mistake(last_real_index=reward.last_real_index)  # the function itself
+    passed, message = check.check(borrowed, "ex1")
+    assert not passed and "nanoRM's own code" in message, message
+    inside = tmp_path / "ex1_pooling.py"  # imported inside the function: found in the source
+    inside.write_text(
+        "def last_real_index(mask):\n    import reward\n\n    return reward.last_real_index(mask)\n"
+    )
+    passed, message = check.check(check.load(inside), "ex1")
+    assert not passed and "imports from nanoRM" in message, message
+
+
+def test_an_exception_names_its_input():
+    def fails_on_one_token(mask):  # right on every other case
+        if mask.size(1) == 1:
+            raise IndexError("row 0 is out of range")
+        return torch.stack([row.nonzero().max() for row in mask.long()])
+
+    passed, message = check.check(mistake(last_real_index=fails_on_one_token), "ex1")
+    assert not passed and "raised IndexError: row 0 is out of range" in message, message
+    assert "on the input: [[1]" in message and "device" in message, message
+
+
+def test_a_result_on_another_device_fails(monkeypatch):
+    """The inputs sit on check.DEVICE; a result made elsewhere fails with a hint. Here the
+    inputs go to the 'meta' device and a result built on the CPU is caught before any value
+    is compared (on a GPU machine, check.py --device cuda runs the whole checker there)."""
+    monkeypatch.setattr(check, "DEVICE", torch.device("meta"))
+    on_cpu = lambda m: torch.zeros(len(m), dtype=torch.long)
+    passed, message = check.check(mistake(last_real_index=on_cpu), "ex1")
+    assert not passed and "your result is on cpu but the inputs were on meta" in message, message
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_solutions_pass_on_a_gpu(monkeypatch):
+    monkeypatch.setattr(check, "DEVICE", torch.device("cuda"))
+    for name in NAMES:
+        path = ROOT / "notebooks" / "exercises" / "solutions" / f"{name}.py"
+        passed, message = check.check(check.load(path), name)
+        assert passed, f"{name}: {message}"

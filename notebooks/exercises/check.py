@@ -4,6 +4,7 @@ Checks the classroom exercises against nanoRM's own functions on randomized inpu
     python notebooks/exercises/check.py               # every exercise in exercises/ex*.py (the student's)
     python notebooks/exercises/check.py ex2 ex4       # only these
     python notebooks/exercises/check.py --solutions   # the teacher's exercises/solutions/ex*.py
+    python notebooks/exercises/check.py --device cuda # the inputs on a GPU (default: cuda if any)
 
 For each exercise it prints PASS, or FAIL with a hint about the most likely mistake and the
 input that showed it. The exit status is 0 when every checked exercise passes.
@@ -15,15 +16,21 @@ From Python (this is what tests/test_exercises.py does):
 
 Every exercise is compared with the function nanoRM itself uses, never with a second copy of
 the answer: reward.last_real_index, reward.pairwise_loss, model.apply_rope, critic.gae,
-verifiable.extract_boxed and critic.value_loss.
+verifiable.extract_boxed and critic.value_loss. So a solution may not import those files (nor
+nanorm): one that returns nanoRM's own answer would pass without teaching anything, and fails
+with a hint. The inputs are put on the device being checked (a GPU when there is one): a
+solution that makes a new tensor on the CPU beside them fails there, as it would in training.
 """
 
 import argparse
 import importlib.util
+import inspect
 import os
 import random
+import re
 import sys
 import textwrap
+import types
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -37,6 +44,8 @@ import reward  # noqa: E402
 import verifiable  # noqa: E402
 
 SEEDS = range(6)  # every randomized check runs on several seeds
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # where the inputs go
+PROJECT = ("reward", "critic", "model", "verifiable", "nanorm", "train_rm", "data")
 
 
 class Fail(Exception):
@@ -57,12 +66,45 @@ def _show(t):
     return str(t.tolist())
 
 
+class Raised(Exception):
+    """The student's function raised on an input; the message names the input."""
+
+
+def _on_device(x):
+    return x.clone().to(DEVICE) if torch.is_tensor(x) else x
+
+
+def _back(out):
+    """The student's result, moved to the CPU for comparison, after checking its device."""
+    if isinstance(out, (tuple, list)):
+        return type(out)(_back(o) for o in out)
+    if torch.is_tensor(out):
+        if out.device != DEVICE:
+            raise Fail(
+                f"your result is on {out.device} but the inputs were on {DEVICE}: make new "
+                "tensors on the inputs' device (torch.arange(T, device=x.device), "
+                "torch.zeros_like(x)), or training on a GPU would fail"
+            )
+        return out.to("cpu")
+    return out
+
+
 def _call(fn, *args, **kwargs):
-    """Call the student's function on copies of the inputs, and check it left them alone."""
-    copies = [a.clone() if torch.is_tensor(a) else a for a in args]
-    out = fn(*copies, **kwargs)
+    """Call the student's function on copies of the inputs (on DEVICE), check it left them
+    alone, and name the input in the message when it raises."""
+    copies = [_on_device(a) for a in args]
+    kw = {k: _on_device(v) for k, v in kwargs.items()}
+    try:
+        out = fn(*copies, **kw)
+    except (NotImplementedError, Fail):
+        raise
+    except Exception as e:
+        shown = ", ".join([_show(a) for a in args] + [f"{k}={_show(v)}" for k, v in kwargs.items()])
+        raise Raised(f"your function raised {type(e).__name__}: {e}\n  on the input: {shown}"
+                     f"\n  (device {DEVICE})") from e
+    out = _back(out)
     for a, c in zip(args, copies, strict=True):
-        if torch.is_tensor(a) and not torch.equal(a, c.detach()):
+        if torch.is_tensor(a) and not torch.equal(a, c.detach().cpu()):
             raise Fail(
                 "your function changed its input tensor in place; work on new tensors instead "
                 "(e.g. x = x - y, not x -= y), the caller still needs its inputs"
@@ -606,15 +648,42 @@ def load(path):
     return module
 
 
+def _uses_the_answer(module, name):
+    """A hint when the student's file reaches for nanoRM's own answer, else None."""
+    function = EXERCISES[name][0]
+    for key, value in vars(module).items():
+        owner = getattr(value, "__module__", None) or ""
+        is_project = isinstance(value, types.ModuleType) and value.__name__.split(".")[0] in PROJECT
+        if is_project or (callable(value) and owner.split(".")[0] in PROJECT):
+            return (
+                f"your file imports nanoRM's own code ({key!r} from {owner or value.__name__}): "
+                f"write {function} yourself, with torch and Python only. The checker compares "
+                "with nanoRM's version, so calling it would pass without teaching anything."
+            )
+    try:
+        source = inspect.getsource(module)
+    except (OSError, TypeError):  # a module built in memory (the tests' mistakes)
+        return None
+    if re.search(rf"^\s*(?:from|import)\s+(?:{'|'.join(PROJECT)})\b", source, re.M):
+        return (
+            f"your file imports from nanoRM ({', '.join(PROJECT)}): write {function} yourself, "
+            "with torch and Python only; read nanoRM's version after yours passes."
+        )
+    return None
+
+
 def check(module, name):
     """(passed, message) for one exercise; module holds the student's function."""
     name = resolve(name)
     torch.manual_seed(0)
+    hint = _uses_the_answer(module, name)
+    if hint:
+        return False, hint
     try:
         n = EXERCISES[name][1](module)
     except NotImplementedError:
         return False, "not implemented yet: replace the TODO (and its raise NotImplementedError)"
-    except Fail as e:
+    except (Fail, Raised) as e:
         return False, str(e)
     except Exception as e:  # the student's code raised: say what and where
         return False, f"your function raised {type(e).__name__}: {e}"
@@ -627,7 +696,11 @@ def main(argv=None):
         "names", nargs="*", help="exercises to check (ex1, ex2_logsig, ...); default all"
     )
     p.add_argument("--solutions", action="store_true", help="check exercises/solutions/ instead")
+    p.add_argument("--device", default=None, help="where the inputs go (default: cuda if any)")
     args = p.parse_args(argv)
+    if args.device:
+        global DEVICE
+        DEVICE = torch.device(args.device)
     folder = os.path.join(HERE, "solutions") if args.solutions else HERE
     names = [resolve(n) for n in args.names] or list(EXERCISES)
     failed = 0
