@@ -100,8 +100,10 @@ def _call(fn, *args, **kwargs):
         raise
     except Exception as e:
         shown = ", ".join([_show(a) for a in args] + [f"{k}={_show(v)}" for k, v in kwargs.items()])
-        raise Raised(f"your function raised {type(e).__name__}: {e}\n  on the input: {shown}"
-                     f"\n  (device {DEVICE})") from e
+        raise Raised(
+            f"your function raised {type(e).__name__}: {e}\n  on the input: {shown}"
+            f"\n  (device {DEVICE})"
+        ) from e
     out = _back(out)
     for a, c in zip(args, copies, strict=True):
         if torch.is_tensor(a) and not torch.equal(a, c.detach().cpu()):
