@@ -22,12 +22,12 @@ and we say so). The tokenizer is the one the checkpoint records, the HF director
     gsm8k:PATH, or rows {question, answer[, solutions]}       verifier-labelled pairs, best-of-N
 
 Writes DIR/eval.json {"subsets": {name: metrics}, "overall": metrics, "sections": ...} and
-DIR/reward_hist.png, reward_length.png, reliability.png, and prints a table: report.py, which
+DIR/reward_hist.png, reward_length.png, reliability.png, and prints a table: nanorm/report.py, which
 defines every metric (train_rm.py writes the same report of its final evaluation).
 
 A length calibration stored in the checkpoint (or an HF export's config.json) is applied unless
 --calibrate_length false; --calibrate_length fits one if none is stored; --save_calibration stores
-it and the rewards' mean and std on --data (held-out pairs) in --ckpt. See calibrate.py.
+it and the rewards' mean and std on --data (held-out pairs) in --ckpt. See nanorm/calibrate.py.
 
 `evaluate` below is what train_rm.py calls for its held-out evaluation too (imports go one way:
 train_rm imports eval_rm), so a prepared dataset gives train_rm's accuracy to the last digit.
@@ -88,7 +88,7 @@ def evaluate(
             if cache is None:
                 b = data.collate(ids, pad_id).to(device)
                 r_c, r_r = rm.forward_pair(b.chosen, b.chosen_mask, b.rejected, b.rejected_mask)
-            else:  # packed rows from the frozen layers' stored output (cache.py)
+            else:  # packed rows from the frozen layers' stored output (nanorm/cache.py)
                 b = data.collate_packed(ids, pad_id, cache).to(device)
                 ends = (b.chosen_end, b.rejected_end)
                 r_c, r_r = rm.forward_pair_packed(
@@ -146,7 +146,7 @@ def load_model(path):
             config = json.load(f)
         names = config.get("architectures") or []
         classifier = any(a.endswith("ForSequenceClassification") for a in names)
-        record = config.get("nanorm_reward") or {}  # an export's calibration (export_hf.py)
+        record = config.get("nanorm_reward") or {}  # an export's calibration (nanorm/export_hf.py)
     own_tok = path.endswith(".gguf") or os.path.isdir(path)  # else llama2.c: none inside
     head = "score" if classifier else "random"
     info = dict(meta={}, batch_size=None, has_tokenizer=own_tok, head=head)

@@ -18,12 +18,12 @@ dataset's meta.json as `data_meta`), log.jsonl, curves.png, and eval_rm.py's rep
 final evaluation: eval.json, reward_hist.png, reward_length.png, reliability.png.
 
 From a pretrained checkpoint: --train_layers k trains the top k layers and the head, the frozen
-layers' output computed once per pair and cached (cache.py); --epochs N; --lora_rank r (lora.py);
---fsdp shards the model over the ranks (fsdp.py). Length (README, "Length under control"):
---length_head trains ODIN's second head (length_head.py); --calibrate_length fits the reward's
-length dependence on the training pairs and stores it (calibrate.py, out_dir/calibrated/).
-The run's plumbing (processes, out_dir, log, speed) is runtime.py's; the held-out evaluation is
-eval_rm.evaluate, its report report.py's; ckpt.pt is ckpt.py's.
+layers' output computed once per pair and cached (nanorm/cache.py); --epochs N; --lora_rank r (nanorm/lora.py);
+--fsdp shards the model over the ranks (nanorm/fsdp.py). Length (bench/README.md, "Length under control"):
+--length_head trains ODIN's second head (nanorm/length_head.py); --calibrate_length fits the reward's
+length dependence on the training pairs and stores it (nanorm/calibrate.py, out_dir/calibrated/).
+The run's plumbing (processes, out_dir, log, speed) is nanorm/runtime.py's; the held-out evaluation is
+eval_rm.evaluate, its report nanorm/report.py's; ckpt.pt is nanorm/ckpt.py's.
 
 Simplified on purpose: no mixed fp16 (bf16 needs no loss scaling); a single fixed train/val split
 from the prepare script; the cache is built by rank 0 alone.
@@ -60,8 +60,8 @@ from nanorm.runtime import (
 from reward import LOSSES, LMRegularizedRewardModel, RewardModel, accuracy
 
 # A feature behind a flag is imported where its flag is handled, so a default run loads only
-# what it runs: --fsdp (nanorm/fsdp.py), --lora_rank (lora.py), --length_head (length_head.py),
-# --train_layers's cache (cache.py), the built-in data's labelling (data/arith/prepare.py).
+# what it runs: --fsdp (nanorm/fsdp.py), --lora_rank (nanorm/lora.py), --length_head (nanorm/length_head.py),
+# --train_layers's cache (nanorm/cache.py), the built-in data's labelling (data/arith/prepare.py).
 
 EVAL_SHOWN = ("loss", "acc", "margin")  # of evaluate's metrics, printed at each evaluation
 
@@ -110,18 +110,20 @@ class TrainConfig:
     length_coef: float | None = opt(
         None, "--length_head: weight of ODIN's terms (default: length_head.LENGTH_COEF)"
     )
-    calibrate_length: bool = opt(False, "fit, store the length calibration (calibrate.py)")
+    calibrate_length: bool = opt(False, "fit, store the length calibration (nanorm/calibrate.py)")
     epochs: int = opt(
         0, "> 0: passes over the pairs (sets --max_iters), eval at each end", NON_NEGATIVE
     )
-    cache: bool = opt(True, "--train_layers: store the frozen layers' output once (cache.py)")
+    cache: bool = opt(
+        True, "--train_layers: store the frozen layers' output once (nanorm/cache.py)"
+    )
     cache_dir: str = opt("", "where the cache goes (default: <dataset>/cache)")
     head_lr: float = opt(0.0, "> 0: the head's peak learning rate (else --lr's)", NON_NEGATIVE)
     lora_rank: int = opt(
-        0, "> 0: LoRA adapters of this rank on trained layers (lora.py)", NON_NEGATIVE
+        0, "> 0: LoRA adapters of this rank on trained layers (nanorm/lora.py)", NON_NEGATIVE
     )
     lora_alpha: float = opt(16.0, "LoRA's scale alpha (the update is alpha / rank * B @ A)")
-    fsdp: bool = opt(False, "under torchrun: shard weights, grads and AdamW state (fsdp.py)")
+    fsdp: bool = opt(False, "under torchrun: shard weights, grads and AdamW state (nanorm/fsdp.py)")
     resume: bool = opt(False, "continue from out_dir/ckpt.pt")
     overwrite: bool = opt(False, "start afresh in an out_dir that holds a run (replaces its files)")
 
@@ -291,6 +293,20 @@ class PairStep(nn.Module):
         return dict(stats, objective=objective)
 
 
+def step_figures(out):
+    """The numbers a training row logs from one micro-step's PairStep output: the objective,
+    the pairwise loss (evaluation's), accuracy, the mean chosen and rejected rewards and their
+    margin, and the model's own terms (the LM term; ODIN's correlations)."""
+    r_c, r_r = out["r_chosen"].float(), out["r_rejected"].float()
+    figures = dict(objective=out["objective"].item(), loss=out["rm_loss"].item())
+    figures.update(acc=accuracy(r_c, r_r).item(), margin=(r_c - r_r).mean().item())
+    figures.update(reward_chosen=r_c.mean().item(), reward_rejected=r_r.mean().item())
+    for k in ("lm_loss", "rho_quality", "rho_length"):
+        if k in out:
+            figures[k] = out[k].item()
+    return figures
+
+
 # ----------------------------------------------------------------- the schedule and the batches
 def get_lr(step, cfg):
     """Linear warmup to cfg.lr, then cosine decay to cfg.min_lr at cfg.max_iters."""
@@ -352,6 +368,7 @@ def main(argv=None):
             return evaluate(rm, val, meta["pad_id"], cfg.batch_size, **scoring, return_rewards=last)
 
     speed, start_step, ev, rewards = Speedometer(), step, None, None
+    interval, n_logged = {}, 0  # sums of the training figures since the last log line
     while True:
         epoch_end = cfg.epochs and step % (cfg.max_iters // cfg.epochs) == 0
         if step % cfg.eval_interval == 0 or step == cfg.max_iters or epoch_end:
@@ -374,7 +391,7 @@ def main(argv=None):
             g["lr"] = lr * g.get("lr_scale", 1.0)
         # forward backward update, with gradient accumulation to simulate a larger batch.
         # tokens_computed is for MFU: with --pack each prompt is computed once, not twice
-        metrics = dict(objective=0.0, loss=0.0, acc=0.0, tokens=0, tokens_computed=0)
+        metrics = dict(tokens=0, tokens_computed=0)
         for micro in range(cfg.grad_accum):
             idx = batch_indices(step, micro, proc.rank, proc.world, cfg, train)
             # --pack: one row per pair; with a cache, the frozen layers' output comes along
@@ -383,16 +400,15 @@ def main(argv=None):
             b = b.to(proc.device)
             # sync gradients across ranks only on the last micro-step: once per optimizer step
             sync = nullcontext()
-            if proc.ddp and micro < cfg.grad_accum - 1:  # DDP's no_sync, or FSDP's (fsdp.py)
+            if proc.ddp and micro < cfg.grad_accum - 1:  # DDP's no_sync, or FSDP's (nanorm/fsdp.py)
                 sync = no_sync(rm) if cfg.fsdp else trainer.no_sync()
             with sync, proc.ctx:
                 out = trainer(b)
                 # each micro-step's loss is a mean over its pairs; dividing by grad_accum makes
                 # the summed gradient the mean over the whole batch, as one big step would give
                 (out["objective"] / cfg.grad_accum).backward()
-            metrics["objective"] += out["objective"].item() / cfg.grad_accum
-            metrics["loss"] += out["rm_loss"].item() / cfg.grad_accum
-            metrics["acc"] += accuracy(out["r_chosen"], out["r_rejected"]).item() / cfg.grad_accum
+            for k, v in step_figures(out).items():  # this step's: the mean of its micro-steps
+                metrics[k] = metrics.get(k, 0.0) + v / cfg.grad_accum
             metrics["tokens"] += b.n_tokens
             metrics["tokens_computed"] += b.n_packed if cfg.pack else b.n_tokens
         metrics = all_reduce_sum(metrics, proc.world, proc.device)  # one call for all of them
@@ -405,15 +421,23 @@ def main(argv=None):
         optimizer.zero_grad(set_to_none=True)
         step += 1
         speed.add(metrics["tokens"], metrics["tokens_computed"])
+        # the log shows means over the steps since the last log line, not one noisy batch
+        for k, v in metrics.items():
+            if k not in ("tokens", "tokens_computed"):
+                interval[k] = interval.get(k, 0.0) + v / proc.world
+        interval["grad_norm"] = interval.get("grad_norm", 0.0) + grad_norm
+        n_logged += 1
         if step % cfg.log_interval == 0 or step == cfg.max_iters:
-            row = dict(step=step, split="train", objective=objective, lr=lr, grad_norm=grad_norm)
-            row.update(loss=metrics["loss"] / proc.world, acc=metrics["acc"] / proc.world)
+            row = dict(step=step, split="train", lr=lr, steps=n_logged)
+            row.update({k: v / n_logged for k, v in interval.items()})
             row["tok_per_s"], line = speed.report(rm, proc, step - start_step, cfg.max_iters - step)
             log(row)
+            lm = f" | lm {row['lm_loss']:.4f}" if "lm_loss" in row else ""
             say(
-                f"step {step}/{cfg.max_iters} | loss {row['loss']:.4f} | acc {row['acc']:.3f} | "
-                f"objective {objective:.4f} | lr {lr:.2e} | {line}"
+                f"step {step}/{cfg.max_iters} | mean of {n_logged} steps: loss {row['loss']:.4f} | "
+                f"acc {row['acc']:.3f}{lm} | margin {row['margin']:.3f} | lr {lr:.2e} | {line}"
             )
+            interval, n_logged = {}, 0
 
     if rewards is None:  # resumed at the end: the checkpoint's evaluation was not kept
         ev, rewards = held_out(True)

@@ -227,7 +227,7 @@ class PackedBatch:
     rejected_end: torch.Tensor  # (B,) column of the rejected response's last token
     n_tokens: int  # tokens of the two plain sequences (the prompt twice): comparable with Batch
     n_packed: int  # real tokens in the packed rows (the prompt once): what is computed
-    states: tuple | None = None  # (first, (B, T, dim)): frozen layers' output, from cache.py
+    states: tuple | None = None  # (first, (B, T, dim)): frozen layers' output, from nanorm/cache.py
 
     def to(self, device):
         for k in ("tokens", "segments", "positions", "chosen_end", "rejected_end"):
