@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import nanorm.algebra.brackets as brackets
+import nanorm.algebra.canonical as canonical
 import nanorm.algebra.decimals as decimals
 import nanorm.algebra.exact as exact
 import nanorm.algebra.extract as extract
@@ -196,7 +197,7 @@ def test_policy_a_decimal_rounds_only_a_value_with_no_exact_decimal():
 
 
 def test_policy_a_decimal_of_six_places_rounds_as_in_math_verify():
-    # decimals.SIX_PLACES: both sides rounded to 6 places agree (Math-Verify's float_rounding)
+    # decimals.close, Math-Verify's float_rounding: both sides rounded to 6 places agree
     same = [("0.3333333", "1/3"), ("0.666667", r"\frac23"), ("3.141593", r"\pi"),
             ("6.283185", r"2\pi"), ("1.414214", r"\sqrt2"), ("1.4142136", r"\sqrt{2}"),
             ("0.3333334", "1/3"), ("0.785398", r"\frac{\pi}{4}"), ("2.718282", "e"),
@@ -286,7 +287,7 @@ SAME = [
      r"\begin{pmatrix}\frac15\\-\frac{18}{5}\end{pmatrix}"),
     (r"\cot x", r"\cot x"), ("204_5", "204_{5}"), ("4210_5", "4210"), ("0", "-0.0"), ("x=5", "5 = x"),
     ("y = 2x + 3", "2x - y + 3 = 0"), ("5x - 7y + 11z + 4 = 0", "-5x+7y-11z=4"),
-    # labelled answers and worked chains (issue 12)
+    # labelled answers and worked chains
     ("(a,b)=(2,7)", "(2, 7)"), ("PQ=3, RS=8", "3, 8"), ("g(x)=2", "2"), ("f(2) = 6", "6"),
     (r"\frac{AM}{MC}=\frac{1}{\sqrt{5}}", r"\frac{\sqrt5}{5}"), ("y = 2+2+3 = 9 = 7", "7"),
     (r"3 \cdot 5 = 15", "15"), (r"\angle ABC = 30^\circ", "30"), ("x = 2 \\text{ or } x = 3", "2, 3"),
@@ -601,7 +602,7 @@ def test_degrees_in_trigonometry_are_an_angle():
 
 
 def test_words_ignore_case_letters_do_not():
-    # verifiable.IGNORE_CASE = "words": Math-Verify lowercases text (and every symbol); nanoRM
+    # canonical.fold: Math-Verify lowercases text (and every symbol); nanoRM
     # ignores the case of words of 2+ letters only, never inside LaTeX commands
     same = [(r"\text{Monday}", r"\text{monday}"), (r"\text{Yes}", "yes"), ("NO", "no"),
             (r"\text{North East}", "north east"), ("AB", "ab"), (r"\textbf{Even}", r"\text{even}"),
@@ -667,7 +668,7 @@ def test_lists_are_sets_and_a_set_or_a_list_answers_a_tuple():
     assert not answers_match("{1,3}", "(3,1)") and not answers_match("{1,3}", "[1,3]")
     assert not answers_match("{1,3}", "(1,3,5)") and not answers_match("{1,3,3}", "(1,3)")
     assert V.math_reward(r"The roots are $\boxed{\{1, 3\}}$.", "(1, 3)") == 1.0
-    # a bare list answers the tuple of its items in the order written (verifiable.LIST_AS_TUPLE)
+    # a bare list answers the tuple of its items in the order written (canonical.as_tuple)
     assert answers_match("1, 3", "(1,3)") and answers_match("(1, 2, 3)", "1,2,3")
     assert answers_match("1 \\text{ or } 3", "(1,3)")
     assert not answers_match("3, 1", "(1,3)") and not answers_match("1, 3", "[1,3]")
@@ -802,9 +803,9 @@ def test_hand_written_completions_are_graded_right():
         assert n_accepted == 0, (split, shown)  # Math-Verify accepts 8 of these 127
 
 
-def test_corpus_of_real_and_issue_22_outputs():
+def test_corpus_of_real_and_handwritten_outputs():
     """bench/corpus_smollm2.jsonl (SmolLM2-135M outputs labelled by reading) and
-    bench/corpus_handwritten.jsonl (issue 22's kinds), both splits: see bench/CORPUS.md."""
+    bench/corpus_handwritten.jsonl (the hand-written kinds), both splits: see bench/CORPUS.md."""
     rows = read_jsonl(ROOT / "bench" / "corpus_smollm2.jsonl")
     rows += read_jsonl(ROOT / "bench" / "corpus_handwritten.jsonl")
     assert len(rows) > 250 and {r["split"] for r in rows} == {"dev", "heldout"}
@@ -817,7 +818,7 @@ def test_corpus_of_real_and_issue_22_outputs():
         shown = lambda rs, split=split: rs[:3] if split == "dev" else [r["id"] for r in rs]
         # counts only in the assertions: pytest prints the value of each name in a failing one
         n_wrong, n_accepted, n = len(wrong), len(accepted), len(part)
-        assert n_wrong <= 0.02 * n, (split, shown(wrong))  # issue 22's target: 0.98
+        assert n_wrong <= 0.02 * n, (split, shown(wrong))  # the target: 0.98
         assert n_accepted <= 3, (split, shown(accepted))  # Math-Verify accepts 3 + 2
 
 
@@ -1031,6 +1032,7 @@ NASTY = [("", "\\", ""), ("", "1", "x"), ("", "a", "1"), ("", " ", "x"), ("\\fra
 def test_every_regex_is_linear_on_adversarial_text():
     modules = (
         V,
+        canonical,
         extract,
         exact,
         matrices,
@@ -1048,7 +1050,7 @@ def test_every_regex_is_linear_on_adversarial_text():
         spellings,
     )
     patterns = [v for m in modules for v in vars(m).values() if isinstance(v, re.Pattern)]
-    patterns += [p for _, p, _ in V._BRACE_ARGS + spellings._PLAIN] + list(V._FOLD.values())
+    patterns += [p for _, p, _ in canonical._BRACE_ARGS + spellings._PLAIN]
     assert len(patterns) >= 8
     for pattern in patterns:
         for prefix, unit, suffix in NASTY:

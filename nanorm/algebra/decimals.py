@@ -8,7 +8,7 @@ value):
 - nanoRM's own: a number of 2+ places in a is b's value rounded or cut to its places, when that
   value has no exact decimal that long (0.33 for 1/3, 0.0833 for 1/12). 0.8 for 3/4 stays
   wrong: 3/4 is exactly 0.75.
-- Math-Verify's (its default float_rounding=6), the switch SIX_PLACES: a number of 6+ places in
+- Math-Verify's (its default float_rounding=6): a number of 6+ places in
   a and b rounded to 6 places agree, b a constant with no exact decimal as long as a's:
   radicals, pi, e, logarithms, a rational such as 2/3 (0.6666667 and 0.666667 for 2/3, 3.141593 for pi,
   1.414214 for sqrt 2). A b that is such a decimal, or an integer, is compared exactly:
@@ -31,7 +31,6 @@ def _ln_prime(name):
     return math.log(int(m[1])) if m else None
 
 
-SIX_PLACES = True  # policy: Math-Verify's rounding to 6 places, besides nanoRM's rule
 PLACES = 6
 
 
@@ -46,7 +45,7 @@ def close(a, b):
         if d is None:
             return False
         x = _rational(b[1])
-        return (x is not None and _rounds(d, x)) or (SIX_PLACES and _six_places(d, b[1]))
+        return (x is not None and _rounds(d, x)) or _six_places(d, b[1])
     return a[0] != "set" and all(close(x, y) for x, y in zip(a, b, strict=True))
 
 

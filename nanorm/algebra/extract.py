@@ -220,7 +220,6 @@ def _value_of(s):
     return None
 
 
-ONE_NUMBER = True  # the one number of a concluding sentence is its answer (measured: CORPUS.md)
 _CONCLUDES = re.compile(r"\b(?:[Hh]ence|[Tt]herefore|[Tt]hus|[Ss]o|[Ww]e (?:get|obtain|find))\b")
 # what follows an answer without stating one: Minerva's sign-off, a chat template's next turn
 _IS_BEFORE = re.compile(r"(?:\b(?:is|are|equals)|=|:) *$")  # "... of $n$ is $12$": 12
@@ -248,8 +247,8 @@ def extract_conclusion(text):
         if span:
             return _capped(next(g for g in span.groups() if g is not None))
     value = _value_of(sentence)
-    if value is None and ONE_NUMBER and _CONCLUDES.search(sentence):
-        value = _only_number(sentence)  # "Thus he spent 58 in all."
+    if value is None and _CONCLUDES.search(sentence):  # measured on dev: bench/CORPUS.md
+        value = _only_number(sentence)  # "Thus he spent 58 in all.": its one number
     return _capped(value)
 
 

@@ -17,7 +17,6 @@ list of vectors): each item is read as above (Math-Verify compares such a tuple 
 
 import re
 
-import nanorm.algebra.exact as exact
 from nanorm.algebra.exact import MAX_TERMS, _frozen, _mul, _value
 from nanorm.algebra.exact import key as exact_key
 
@@ -71,7 +70,7 @@ def _fill(node, literals):
         return (_matrix_key(text) or ("str", text)) if text != node[1] else node
     if node[0] == "set":  # sets are sorted (and without repeats) as exact._multiset has them
         items = [_fill(x, literals) for x in node[1:]]
-        return ("set",) + tuple(sorted(items if exact.REPEATS_COUNT else set(items), key=repr))
+        return ("set",) + tuple(sorted(set(items), key=repr))
     if node[0] in ("seq", "union"):
         return tuple(_fill(x, literals) if isinstance(x, tuple) else x for x in node)
     return node
