@@ -261,3 +261,15 @@ def test_sample_cli_errors(first_run, tmp_path, capsys):
         "nanorm/sample.py", "--ckpt", first_run / "ckpt.pt", "--tokenizer", tmp_path / "tok.model"
     )
     refused(p, f"{tmp_path / 'tok.model'} not found")
+
+
+def test_a_library_script_run_as_a_file_says_how_to_run_it():
+    for name in ("score", "sample"):
+        p = subprocess.run(
+            [sys.executable, f"nanorm/{name}.py"], cwd=ROOT, capture_output=True, text=True
+        )
+        assert p.returncode != 0 and "Traceback" not in p.stderr, p.stderr
+        assert (
+            p.stderr.strip()
+            == f"{ROOT}/nanorm/{name}.py is part of the nanorm library: run python -m nanorm.{name}"
+        )
