@@ -18,9 +18,10 @@ layers=(first, n_layers): the same layers and layout as recomputing, so the loss
 equal recomputation up to the rounding of the stored states (tests/test_cache.py).
 
 Where: <dataset>/cache/<key>/, key = a hash of the checkpoint's and the dataset files' contents
-(sampled, see cache_key) and `first`. A later run with the same checkpoint and data reuses it,
-also after the files were copied, moved or downloaded again; another checkpoint, changed data or
-another k builds a new one. Built by rank 0 alone (the others
+(sampled, see cache_key), `first` and the run's dtype. A later run with the same checkpoint and
+data reuses it, also after the files were copied, moved or downloaded again; another checkpoint,
+changed data, another k or another dtype builds a new one. Built under the run's autocast (bf16
+where the hardware multiplies it natively, runtime.auto_dtype), by rank 0 alone (the others
 wait): simple, and the build is a forward pass, cheaper than the training it saves.
 """
 
@@ -28,6 +29,7 @@ import hashlib
 import json
 import os
 import time
+from contextlib import nullcontext
 
 import numpy as np
 import torch
@@ -40,14 +42,15 @@ BATCH = 8  # pairs per forward while building
 KEY_WINDOW = 2**20  # bytes of a file that cache_key reads at its start, middle and end
 
 
-def cache_key(*paths, first):
-    """A short hash of `first` and each file's size and content: all of a file up to 3 MiB, else
+def cache_key(*paths, first, dtype="float32"):
+    """A short hash of `first`, the dtype the frozen layers compute in (bf16 autocast rounds
+    their output: such a cache is not an fp32 run's) and each file's size and content: all of a file up to 3 MiB, else
     its first, middle and last MiB. Content, not path and modification time: a checkpoint copied
     to a new machine, or data prepared again, keep their cache (with path and mtime they cost a
     rebuild, 13 minutes for HH-RLHF on SmolLM2). Sampled, not whole: a 7B checkpoint is 14 GB.
     What a sample cannot miss: another checkpoint (fine-tuning moves every weight) and another
     .npz (a zip's last bytes hold each array's CRC-32)."""
-    h = hashlib.sha256(str(first).encode())
+    h = hashlib.sha256(str(first if dtype == "float32" else f"{first} {dtype}").encode())
     for p in paths:
         size = os.path.getsize(p)
         h.update(str(size).encode())
@@ -84,20 +87,24 @@ class FrozenCache:
         return out
 
     @classmethod
-    def open_or_build(cls, backbone, data, split, first, folder, pad_id, say=print):
-        """The cache of data (a PairDataset) in folder, built first if it is not there."""
+    def open_or_build(cls, backbone, data, split, first, folder, pad_id, say=print, ctx=None):
+        """The cache of data (a PairDataset) in folder, built first if it is not there, under
+        ctx (the run's bf16 autocast, or nothing)."""
         if not os.path.exists(os.path.join(folder, f"{split}.json")):
             try:
-                build(backbone, data, split, first, folder, pad_id, torch.float16, say)
+                build(backbone, data, split, first, folder, pad_id, torch.float16, say, ctx)
             except OverflowError:  # a state float16 cannot hold: bfloat16 has float32's range
                 say(f"cache {split}: a state exceeds float16's range; storing bfloat16")
-                build(backbone, data, split, first, folder, pad_id, torch.bfloat16, say)
+                build(backbone, data, split, first, folder, pad_id, torch.bfloat16, say, ctx)
         return cls(folder, split, first)
 
 
 @torch.no_grad()
-def build(backbone, data, split, first, folder, pad_id, dtype, say=print):
-    """Run layers[:first] over every pair's packed row and store the real tokens' states."""
+def build(backbone, data, split, first, folder, pad_id, dtype, say=print, ctx=None):
+    """Run layers[:first] over every pair's packed row and store the real tokens' states. ctx:
+    the run's autocast (bf16 where the hardware multiplies it natively: 1.75x the pairs/s of
+    fp32 on an AVX512-BF16 CPU, bench/bench_dtype.py), so the stored states are what the
+    same run would compute without the cache."""
     lengths = data.lengths(packed=True)  # (n,) real tokens of each packed row
     offsets = np.concatenate([[0], np.cumsum(lengths)])
     os.makedirs(folder, exist_ok=True)
@@ -111,13 +118,14 @@ def build(backbone, data, split, first, folder, pad_id, dtype, say=print):
     for k in range(0, len(order), BATCH):
         idx = order[k : k + BATCH].tolist()
         b = data.collate_packed(idx, pad_id)
-        h = backbone.hidden_states(
-            b.tokens,
-            b.segments >= 0,
-            positions=b.positions,
-            attn_mask=packed_attention_mask(b.segments),
-            layers=(0, first),
-        )  # (B, T, dim), before layer `first`
+        with ctx or nullcontext():
+            h = backbone.hidden_states(
+                b.tokens,
+                b.segments >= 0,
+                positions=b.positions,
+                attn_mask=packed_attention_mask(b.segments),
+                layers=(0, first),
+            ).float()  # (B, T, dim), before layer `first`
         if h.abs().max() >= torch.finfo(dtype).max:
             backbone.train(was_training)
             raise OverflowError(f"a state reaches {h.abs().max():.3g}")
@@ -152,16 +160,18 @@ def build(backbone, data, split, first, folder, pad_id, dtype, say=print):
 def open_caches_of(backbone, init, data_dir, first, train, val, proc, cache_dir="", say=print):
     """The (train, val) FrozenCache of a prepared dataset in data_dir for the checkpoint init,
     layers[:first]: in cache_dir (default data_dir/cache)/<key>, built by rank 0 if missing
-    while the other ranks wait, then opened by every rank."""
+    while the other ranks wait, then opened by every rank. Built under the run's proc.ctx, and
+    keyed by proc.dtype: a bf16 run and an fp32 run keep separate caches."""
     paths = (os.path.join(data_dir, f"{split}.npz") for split in ("train", "val"))
     folder = os.path.join(
-        cache_dir or os.path.join(data_dir, "cache"), cache_key(init, *paths, first=first)
+        cache_dir or os.path.join(data_dir, "cache"),
+        cache_key(init, *paths, first=first, dtype=proc.dtype),
     )
     say(f"cache of the bottom {first} layers: {folder}")
     caches = []
     for split, data in (("train", train), ("val", val)):
         if proc.master:
-            FrozenCache.open_or_build(backbone, data, split, first, folder, 0, say)
+            FrozenCache.open_or_build(backbone, data, split, first, folder, 0, say, proc.ctx)
         if proc.ddp:
             dist.barrier()  # rank 0 built it; every rank reads it
         caches.append(FrozenCache(folder, split, first))

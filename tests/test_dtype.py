@@ -1,0 +1,128 @@
+"""runtime.auto_dtype: `--dtype auto` is bf16 where the hardware multiplies bf16 natively (what the
+CPU's flags say, whatever machine runs the test) and fp32 elsewhere; under bf16 autocast the
+rewards and the frozen layers' cache stay within bf16's rounding of fp32's, and the reward is
+fp32."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+import train_rm
+from data.pairs import PairDataset, write_pairs
+from model import ModelConfig
+from nanorm import runtime
+from nanorm.cache import FrozenCache, build, cache_key
+from reward import RewardModel
+
+V = 97
+
+
+@pytest.fixture
+def cpu(monkeypatch):
+    """Pretend a CPU: set(flags) -> what torch's probe and /proc/cpuinfo report."""
+
+    def make(flags, mkldnn=True):
+        flags = set(flags)
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: "avx512_bf16" in flags)
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: "amx_tile" in flags)
+        monkeypatch.setattr(runtime, "cpu_flags", lambda: flags)
+        monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: mkldnn)
+
+    return make
+
+
+@pytest.mark.parametrize(
+    "flags, mkldnn, want",
+    [
+        ({"avx512f", "avx512_bf16"}, True, "bfloat16"),  # AMD Zen 4, Intel Cooper Lake
+        ({"avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}, True, "bfloat16"),  # Sapphire Rapids
+        ({"amx_bf16"}, True, "bfloat16"),  # torch's probe silent, the kernel's flags speak
+        ({"avx2", "fma"}, True, "float32"),  # no native bf16: converting costs more than it saves
+        ({"avx512f", "avx512_vnni"}, True, "float32"),  # AVX-512 alone is not bf16
+        ({"avx512f", "avx512_bf16"}, False, "float32"),  # no oneDNN: no bf16 matmul kernel
+    ],
+)
+def test_auto_on_cpu_follows_the_bf16_flags(cpu, flags, mkldnn, want):
+    cpu(flags, mkldnn)
+    assert runtime.auto_dtype("cpu") == want
+    proc = runtime.setup_processes(SimpleNamespace(device="cpu", dtype="auto"))
+    assert proc.dtype == want
+    assert isinstance(proc.ctx, torch.autocast) == (want == "bfloat16")
+    # an explicit dtype is never overridden: the exactness tests' fp32 path
+    explicit = runtime.setup_processes(SimpleNamespace(device="cpu", dtype="float32"))
+    assert explicit.dtype == "float32" and not isinstance(explicit.ctx, torch.autocast)
+
+
+def test_auto_on_cuda_keeps_the_gpu_rule(cpu, monkeypatch):
+    cpu({"avx512_bf16"})  # the CPU's flags do not decide for a GPU
+    for supported, want in ((True, "bfloat16"), (False, "float32")):
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda s=supported: s)
+        assert runtime.auto_dtype("cuda") == want and runtime.auto_dtype("cuda:1") == want
+    assert runtime.auto_dtype("mps") == "float32"
+
+
+def test_the_real_cpu_flags_agree_with_torch():
+    """The kernel's flags and torch's probe (cpuinfo) read the same CPU."""
+    flags = runtime.cpu_flags()
+    if not flags:
+        pytest.skip("no /proc/cpuinfo flags on this system")
+    assert torch.cpu._is_avx512_bf16_supported() == ("avx512_bf16" in flags)
+    want = "bfloat16" if (runtime.BF16_CPU_FLAGS & flags) else "float32"
+    if torch.backends.mkldnn.is_available():
+        assert runtime.auto_dtype("cpu") == want
+
+
+def tiny(seed=0):
+    torch.manual_seed(seed)
+    cfg = ModelConfig(dim=64, n_layers=3, n_heads=4, n_kv_heads=2, vocab_size=V, hidden_dim=128)
+    rm = RewardModel.from_config(cfg).eval()
+    with torch.no_grad():
+        rm.head.weight.normal_()  # a unit head makes reward errors visible
+    return rm
+
+
+def test_bf16_autocast_rewards_are_fp32_within_bf16_rounding():
+    rm = tiny()
+    g = torch.Generator().manual_seed(1)
+    tokens = torch.randint(1, V, (8, 40), generator=g)
+    mask = torch.ones_like(tokens)
+    mask[4:, 30:] = 0  # some rows padded
+    with torch.no_grad():
+        r32 = rm(tokens, mask)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            r16 = rm(tokens, mask)
+    assert r32.dtype == r16.dtype == torch.float32  # the head runs in fp32 (reward.apply_head)
+    assert not torch.equal(r16, r32)  # autocast did compute in bf16
+    # bf16 keeps 8 bits (relative 2^-8 = 0.4% per rounding) over 3 layers: a few per cent of
+    # the rewards' scale, never more
+    scale = r32.abs().max()
+    assert (r16 - r32).abs().max() <= 0.03 * scale
+    d32, d16 = r32[:, None] - r32[None], r16[:, None] - r16[None]  # every pair's difference
+    clear = d32.abs() > 0.06 * scale
+    assert torch.equal(d32[clear].sign(), d16[clear].sign())
+
+
+def test_cache_built_under_bf16_autocast_is_fp32s_within_rounding(tmp_path):
+    g = np.random.default_rng(0)
+    items = [tuple(g.integers(1, V, int(n)) for n in g.integers(1, 30, 3)) for _ in range(13)]
+    write_pairs(tmp_path / "d.npz", items, V)
+    data = PairDataset(tmp_path / "d.npz")
+    rm = tiny()
+    train_rm.train_top_layers(rm, 1)
+    quiet = lambda *a: None
+    build(rm.backbone, data, "train", 2, tmp_path / "f32", 0, torch.float16, say=quiet)
+    bf16 = torch.autocast("cpu", dtype=torch.bfloat16)
+    build(rm.backbone, data, "train", 2, tmp_path / "b16", 0, torch.float16, say=quiet, ctx=bf16)
+    a = FrozenCache(tmp_path / "f32", "train", 2).states.float()
+    b = FrozenCache(tmp_path / "b16", "train", 2).states.float()
+    assert a.shape == b.shape and not torch.equal(a, b)
+    assert ((a - b).norm(dim=1) <= 0.03 * a.norm(dim=1)).all()  # per token, relative
+
+
+def test_cache_key_holds_the_dtype_and_fp32s_key_is_unchanged(tmp_path):
+    (tmp_path / "ckpt").write_bytes(b"weights")
+    k = cache_key(tmp_path / "ckpt", first=2)
+    assert k == cache_key(tmp_path / "ckpt", first=2, dtype="float32")  # earlier fp32 caches
+    assert cache_key(tmp_path / "ckpt", first=2, dtype="bfloat16") != k
