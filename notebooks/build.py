@@ -8,12 +8,15 @@ Builds the notebooks from their sources in notebooks/src/ and executes them, so 
 
 Edit the sources, never the .ipynb files: a source is a plain Python file in the "percent"
 format (the one jupytext and VS Code read). `# %%` starts a code cell; `# %% [markdown]` starts
-a markdown cell whose lines are comments ("# " is stripped). Review the sources in a diff; run
+a markdown cell whose lines are comments ("# " is stripped). `# %% tags=["shared-data"]` marks a
+code cell whose printed output depends on ../shared/data: tests/test_notebooks.py compares the
+output of every other cell with a run that has no data (NANORM_DATA=none). Review the sources in a diff; run
 this script to refresh the outputs before a commit. Needs nbformat, nbclient and ipykernel
 (tests/requirements.txt); each notebook runs with notebooks/ as its working directory.
 """
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -23,20 +26,22 @@ SRC = os.path.join(HERE, "src")
 KERNEL = {"name": "python3", "display_name": "Python 3", "language": "python"}
 
 
-def parse(path):
-    """A percent-format source -> list of ("markdown" | "code", text)."""
-    cells, kind, lines = [], None, []
+def parse(path, with_tags=False):
+    """A percent-format source -> list of ("markdown" | "code", text), or of
+    (kind, text, tags) with with_tags."""
+    cells, kind, lines, tags = [], None, [], []
 
     def flush():
         text = "\n".join(lines).strip("\n")
         if kind is not None and text.strip():
-            cells.append((kind, text))
+            cells.append((kind, text, tags) if with_tags else (kind, text))
 
     with open(path, encoding="utf-8") as f:
         for line in f.read().splitlines():
             if line.startswith("# %%"):
                 flush()
                 kind, lines = ("markdown" if "[markdown]" in line else "code"), []
+                tags = json.loads(line.split("tags=", 1)[1]) if "tags=" in line else []
             elif kind == "markdown":
                 lines.append(line[2:] if line.startswith("# ") else line.lstrip("#"))
             elif kind == "code":
@@ -52,9 +57,11 @@ def notebook(cells):
     nb.metadata["kernelspec"] = KERNEL
     nb.metadata["language_info"] = {"name": "python"}
     new = {"markdown": nbformat.v4.new_markdown_cell, "code": nbformat.v4.new_code_cell}
-    nb.cells = [new[kind](text) for kind, text in cells]
-    for i, cell in enumerate(nb.cells):  # stable ids keep the diffs of a rebuild small
-        cell["id"] = f"cell-{i:02d}"
+    nb.cells = [new[kind](text) for kind, text, _ in cells]
+    for i, (cell, (_, _, tags)) in enumerate(zip(nb.cells, cells)):
+        cell["id"] = f"cell-{i:02d}"  # stable ids keep the diffs of a rebuild small
+        if tags:
+            cell.metadata["tags"] = tags
     return nb
 
 
@@ -89,7 +96,7 @@ def main(argv=None):
         sys.exit(f"no source matches {args.only} in {SRC}")
     for name in chosen:
         t = time.time()
-        nb = execute(notebook(parse(os.path.join(SRC, name))))
+        nb = execute(notebook(parse(os.path.join(SRC, name), with_tags=True)))
         out = os.path.join(HERE, name.removesuffix(".py") + ".ipynb")
         if not args.check:
             nbformat.validate(nb)

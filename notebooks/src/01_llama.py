@@ -16,7 +16,7 @@
 # Everything is imported from the project's files; nothing is re-implemented here. It runs in
 # seconds on a laptop CPU.
 
-# %%
+# %% tags=["shared-data"]
 import os
 import sys
 
@@ -43,7 +43,9 @@ plt.rcParams.update({"figure.dpi": 72, "savefig.dpi": 72, "font.size": 9})
 torch.manual_seed(0)
 torch.set_num_threads(1)  # these models are tiny: one thread is as fast, and kind to a shared CPU
 
-STORIES = os.path.join("..", "..", "shared", "data", "llama2c", "stories260K")
+# ../shared/data holds the real data sets; NANORM_DATA=none runs the small fallbacks instead
+DATA = os.environ.get("NANORM_DATA", os.path.join("..", "..", "shared", "data"))
+STORIES = os.path.join(DATA, "llama2c", "stories260K")
 HAVE_STORIES = os.path.exists(os.path.join(STORIES, "stories260K.bin"))
 print("stories260K:", STORIES if HAVE_STORIES else "not found; sections 5 and 6 use a random model")
 
@@ -171,7 +173,7 @@ ax.grid(alpha=0.3)
 # (checkpoints.py) reads its `.bin` file (the weights are views into the file, not copies) and
 # `load_tokenizer` reads `tok512.bin`.
 
-# %%
+# %% tags=["shared-data"]
 if HAVE_STORIES:
     model = load_transformer(os.path.join(STORIES, "stories260K.bin"))
     tok = load_tokenizer(os.path.join(STORIES, "tok512.bin"))
@@ -186,7 +188,7 @@ else:  # same shape, random weights; byte tokens 3..258 stand in for the vocabul
 print(model.config)
 print(f"{sum(p.numel() for p in model.parameters()):,} parameters")
 
-# %%
+# %% tags=["shared-data"]
 prompt = "Once upon a time, there was a little dog"
 ids = torch.tensor([encode(prompt, bos=True)])
 greedy = model.generate(ids, max_new_tokens=80, temperature=0.0)  # KV cache, argmax
@@ -212,7 +214,7 @@ print("\nsampled (temperature 0.8, top_k 40):\n", decode(sampled[0].tolist()))
 # real. A padding query may read only itself, so that no row of the softmax is empty (an empty
 # row gives NaN); its output is never used. Here is that mask for a left-padded batch:
 
-# %%
+# %% tags=["shared-data"]
 prompts = ["The cat sat", "Tim and his sister Lily went to the park"]
 seqs = [encode(p, bos=True) for p in prompts]
 T = max(len(s) for s in seqs)
@@ -255,7 +257,7 @@ with torch.no_grad():
 #   KV cache that numbers each new token by its own length does after a prefill that used the
 #   mask: the two conventions meet in one sequence.
 
-# %%
+# %% tags=["shared-data"]
 N = 20
 out = model.generate(tokens, N, attention_mask=mask)  # (B, T + N), left-padded batch generation
 full = torch.cat([mask, torch.ones(len(seqs), N, dtype=mask.dtype)], dim=1)

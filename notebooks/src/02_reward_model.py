@@ -35,7 +35,9 @@ from nanorm.ckpt import load_reward_model
 plt.rcParams.update({"figure.dpi": 72, "savefig.dpi": 72, "font.size": 9})
 torch.manual_seed(0)
 torch.set_num_threads(1)  # a 0.2M-parameter model gains nothing from threads; kind to a shared CPU
-HH = os.path.join("..", "..", "shared", "data", "hh-rlhf")
+# ../shared/data holds the real data sets; NANORM_DATA=none runs the small fallbacks instead
+DATA = os.environ.get("NANORM_DATA", os.path.join("..", "..", "shared", "data"))
+HH = os.path.join(DATA, "hh-rlhf")
 
 # %% [markdown]
 # ## 1. A preference pair
@@ -302,7 +304,7 @@ for i in wrong[:4].tolist():
 # use, by file and line; nothing is dropped silently. (The `harmless-base` subset contains
 # harmful requests by design; we only count it.)
 
-# %%
+# %% tags=["shared-data"]
 path = os.path.join(HH, "helpful-base", "test.jsonl.gz")
 if os.path.exists(path):
     helpful, skipped = read_pairs(path, strict=False)
@@ -316,7 +318,7 @@ else:
     helpful = None
     print(f"{path} not found: the HH-RLHF cells are skipped")
 
-# %%
+# %% tags=["shared-data"]
 if helpful:
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.2))
     for a, (name, pairs) in zip(ax, (("helpful-base", helpful), ("harmless-base", harmless))):

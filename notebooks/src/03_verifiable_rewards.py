@@ -12,7 +12,7 @@
 # 3. trains a small learned reward model on the built-in data and measures how well it
 #    **agrees with the verifier** that labelled that data.
 
-# %%
+# %% tags=["shared-data"]
 import json
 import os
 import re
@@ -44,7 +44,8 @@ from verifiable import (
 plt.rcParams.update({"figure.dpi": 72, "savefig.dpi": 72, "font.size": 9})
 torch.manual_seed(0)
 torch.set_num_threads(1)  # a 0.2M-parameter model gains nothing from threads; kind to a shared CPU
-DATA = os.path.join("..", "..", "shared", "data")
+# ../shared/data holds the real data sets; NANORM_DATA=none runs the small fallbacks instead
+DATA = os.environ.get("NANORM_DATA", os.path.join("..", "..", "shared", "data"))
 read_jsonl = lambda path: [json.loads(line) for line in open(path, encoding="utf-8")]
 HAVE_GSM8K = os.path.exists(os.path.join(DATA, "gsm8k", "test.jsonl"))
 HAVE_MATH = os.path.exists(os.path.join(DATA, "math500", "test.jsonl"))
@@ -55,7 +56,7 @@ print("GSM8K:", HAVE_GSM8K, " MATH-500:", HAVE_MATH)
 #
 # Every GSM8K solution ends with `#### <answer>`; `extract_gsm8k` reads it.
 
-# %%
+# %% tags=["shared-data"]
 if HAVE_GSM8K:
     gsm8k = read_jsonl(os.path.join(DATA, "gsm8k", "test.jsonl"))
     item = gsm8k[0]
@@ -102,7 +103,7 @@ print("\n'2,125' matches '2125':", answers_match("2,125", "2125"))
 # and simple expressions as exact sums of terms (no floating point), tuples in order, lists and
 # sets in any order, `x = 5` as `5`.
 
-# %%
+# %% tags=["shared-data"]
 if HAVE_MATH:
     math500 = read_jsonl(os.path.join(DATA, "math500", "test.jsonl"))
     boxed = [extract_boxed(row["solution"]) for row in math500]
@@ -135,9 +136,29 @@ for predicted, reference in cases:
           f"({reference in answers})")
 
 # %% [markdown]
-# Exact means exact: `4.667` is not $14/3$, and text answers are case-sensitive. Matching is
-# the verifier's whole job, and every mistake in it is a reward the policy will find.
+# Each match above is a policy, written down in `verifiable.py`'s docstring, and each is a
+# choice a policy could exploit if it were made loosely:
 #
+# * **Rounding.** A decimal written with two or more places matches a value with no exact
+#   decimal that long, rounded *or* cut: `4.667` and `4.66` both answer $14/3$ (a student who
+#   gives the quotient to two places is right), but `4.6` and `4.7` do not, and `0.8` is not
+#   $3/4$ (that value *has* an exact decimal, so a different one is simply wrong).
+# * **Case.** Words of two or more letters ignore case (`evelyn` answers `\text{Evelyn}`);
+#   single letters keep it (`b` is not `B`: a variable's name is part of the answer).
+# * **Algebra stays exact.** `q - p` is not `p - q`, whatever its form.
+#
+# The cell below checks each of these claims. Matching is the verifier's whole job, and every
+# mistake in it is a reward the policy will find.
+
+# %%
+frac = "\\frac{14}{3}"
+assert answers_match("4.667", frac) and answers_match("4.66", frac)  # rounded or cut, 2+ places
+assert not answers_match("4.6", frac) and not answers_match("4.7", frac)  # one place: too coarse
+assert not answers_match("0.8", "3/4")  # 3/4 is exactly 0.75
+assert answers_match("evelyn", "\\text{Evelyn}") and not answers_match("b", "B")
+assert not answers_match("q - p", "p - q")
+print("every claim above holds")
+
 # ## 3. Why a format bonus must gate, not add
 #
 # R1-style training asks for `<think>...</think><answer>...</answer>`. A tempting reward is

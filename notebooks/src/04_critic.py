@@ -10,7 +10,7 @@
 # 2. **GAE** on a small episode, with a plot of the advantages for several $\lambda$;
 # 3. PPO's **clipped value loss**, and why it stops the critic from moving too far at once.
 
-# %%
+# %% tags=["shared-data"]
 import os
 import sys
 
@@ -27,7 +27,9 @@ from reward import RewardModel
 plt.rcParams.update({"figure.dpi": 72, "savefig.dpi": 72, "font.size": 9})
 torch.manual_seed(0)
 torch.set_num_threads(1)  # tiny models: one thread is as fast, and kind to a shared CPU
-STORIES = os.path.join("..", "..", "shared", "data", "llama2c", "stories260K")
+# ../shared/data holds the real data sets; NANORM_DATA=none runs the small fallbacks instead
+DATA = os.environ.get("NANORM_DATA", os.path.join("..", "..", "shared", "data"))
+STORIES = os.path.join(DATA, "llama2c", "stories260K")
 HAVE_STORIES = os.path.exists(os.path.join(STORIES, "stories260K.bin"))
 print("stories260K:", STORIES if HAVE_STORIES else "not found; a random backbone stands in")
 
@@ -39,7 +41,7 @@ print("stories260K:", STORIES if HAVE_STORIES else "not found; a random backbone
 # exactly the reward. Here the reward model is stories260K with a fresh (random) head: the
 # numbers mean nothing yet, but the bookkeeping is the same as with a trained one.
 
-# %%
+# %% tags=["shared-data"]
 if HAVE_STORIES:
     rm = RewardModel.from_backbone_checkpoint(os.path.join(STORIES, "stories260K.bin"))
     tok = load_tokenizer(os.path.join(STORIES, "tok512.bin"))
@@ -68,7 +70,7 @@ print("text:", repr(decode(tokens[0].tolist())))
 # `response_values(values, s, R)`, and the last position's value is never used (the episode
 # ends there; GAE takes the value after the last action as 0).
 
-# %%
+# %% tags=["shared-data"]
 old_v = response_values(values, s, R)  # (1, R), aligned with the response tokens
 pieces = [decode([t]).strip() or "<s>" for t in tokens[0].tolist()]
 T = s + R
@@ -98,7 +100,7 @@ print("their values:    values[:, s-1 : s-1+R] =", old_v[0].numpy().round(4))
 # A response that ends early (EOS) is right-padded inside the response block, and a response
 # mask marks its real tokens.
 
-# %%
+# %% tags=["shared-data"]
 prompts = [encode("Once upon a time", bos=True), encode("Lily", bos=True)]
 s = max(map(len, prompts))
 ids = torch.tensor([[0] * (s - len(p)) + p for p in prompts])

@@ -31,14 +31,18 @@ from IPython.display import Image, display
 import eval_rm
 import train_rm
 from data import sources
+from data.arith.prepare import built_in
 from data.hh_rlhf.prepare import main as prepare_hh
 from data.pairs import PairDataset
 from data.rows import read_pairs
+from data.tokenizer import load_tokenizer
 
 plt.rcParams.update({"figure.dpi": 72, "savefig.dpi": 72, "font.size": 9})
 torch.set_num_threads(1)  # a 0.2M-parameter model gains nothing from threads; kind to a shared CPU
-SHARED = os.path.join("..", "..", "shared", "data")
+# ../shared/data holds the real data sets; NANORM_DATA=none runs the small fallbacks instead
+SHARED = os.environ.get("NANORM_DATA", os.path.join("..", "..", "shared", "data"))
 HH = os.path.join(SHARED, "hh-rlhf")
+HAVE_HH = os.path.exists(os.path.join(HH, "helpful-base", "test.jsonl.gz"))
 work = tempfile.mkdtemp(prefix="nanorm_eval_")
 
 # %% [markdown]
@@ -49,21 +53,34 @@ work = tempfile.mkdtemp(prefix="nanorm_eval_")
 # train), at most 192 tokens a pair. It also records the length heuristic of each part: in
 # helpful-base, the longer response is the chosen one about 60% of the time.
 
-# %%
+#
+# Without `../shared/data` the built-in arithmetic pairs of notebook 02 stand in: the code and
+# the plots are the same, the story is not (there the longer response is *not* the better one,
+# `longer_wins` about 0.45, so a model cannot lean on length). The numbers the real run gives
+# are in the prose below each cell.
+
+# %% tags=["shared-data"]
 tok = os.path.join(SHARED, "llama2c", "stories260K", "tok512.bin")
 src = os.path.join(HH, "helpful-base", "test.jsonl.gz")
-meta = prepare_hh(["--src", src, "--tokenizer", tok, "--out_dir", f"{work}/helpful",
-                   "--max_len", "192"])  # fmt: skip
-print(json.dumps(meta["subsets"], indent=1))
+if HAVE_HH:
+    train_dir = f"{work}/helpful"
+    meta = prepare_hh(["--src", src, "--tokenizer", tok, "--out_dir", train_dir,
+                       "--max_len", "192"])  # fmt: skip
+    print(json.dumps(meta["subsets"], indent=1))
+else:
+    train_dir = built_in()
+    meta = json.load(open(os.path.join(train_dir, "meta.json")))
+    print(f"{src} not found: training on the built-in arithmetic pairs instead "
+          f"(longer wins {meta['length_baseline_val']:.2f} of the held-out pairs)")
 
 # %% [markdown]
 # A 4-layer LLaMA (`--model nano`, 0.26M parameters) trained from scratch with the plain
 # pairwise loss, 150 steps of 16 pairs. At its end `train_rm` writes the same `eval.json` and
 # plots for its final evaluation as `eval_rm.py` does: one code path for both.
 
-# %%
+# %% tags=["shared-data"]
 run = f"{work}/run"
-args = ["--dataset", f"{work}/helpful", "--out_dir", run, "--model", "nano", "--lm_coef", "0",
+args = ["--dataset", train_dir, "--out_dir", run, "--model", "nano", "--lm_coef", "0",
         "--max_seq_len", "192", "--max_iters", "150", "--batch_size", "16", "--warmup", "10",
         "--eval_interval", "150", "--eval_pairs", "1000", "--log_interval", "50",
         "--device", "cpu", "--dtype", "float32"]  # fmt: skip
@@ -80,18 +97,24 @@ final = train_rm.main(args)
 #   chosen response is a held-out helpful-base answer, the rejected one is the *same* answer
 #   followed by a filler sentence. Nothing is better about the rejected one; it is only longer.
 
-# %%
+# %% tags=["shared-data"]
 FILLER = " I hope this helps! Let me know if you have any other questions."
-pairs, _ = read_pairs(src, strict=False, report=lambda *a: None)
+if HAVE_HH:
+    pairs, _ = read_pairs(src, strict=False, report=lambda *a: None)
+else:  # the held-out arithmetic pairs, decoded back to text
+    arith_tok = load_tokenizer(meta["tokenizer"])
+    held_out = PairDataset(os.path.join(train_dir, "val.npz"))
+    pairs = [dict(zip(("prompt", "chosen", "rejected"), map(arith_tok.decode, held_out[i])))
+             for i in range(300)]  # fmt: skip
 trap = os.path.join(work, "length_trap.jsonl")
 with open(trap, "w") as f:
     for p in pairs[:300]:
         row = dict(prompt=p["prompt"], chosen=p["chosen"], rejected=p["chosen"] + FILLER)
         f.write(json.dumps(row | {"subset": "length-trap"}) + "\n")
 
-harmless = os.path.join(HH, "harmless-base", "test.jsonl.gz")
+harmless = [os.path.join(HH, "harmless-base", "test.jsonl.gz")] if HAVE_HH else []
 out = f"{work}/eval"
-result = eval_rm.main(["--ckpt", f"{run}/ckpt.pt", "--data", f"{work}/helpful", harmless, trap,
+result = eval_rm.main(["--ckpt", f"{run}/ckpt.pt", "--data", train_dir, *harmless, trap,
                        "--max_pairs", "500", "--out", out])  # fmt: skip
 
 # %% [markdown]
@@ -127,11 +150,11 @@ display(Image(os.path.join(out, "reliability.png")))
 # is right when the chosen is longer and wrong when it is shorter. `eval_rm.score` gives the
 # per-pair rewards (the same `eval_rm.evaluate` call train_rm.py and the report use).
 
-# %%
+# %% tags=["shared-data"]
 rm, info = eval_rm.load_model(f"{run}/ckpt.pt")
-val = PairDataset(f"{work}/helpful/val.npz")
-source = sources.Source(val, ["helpful"] * len(val), pad_id=meta["pad_id"])
-s = eval_rm.score(rm, source, batch_size=16)["helpful"]
+val = PairDataset(os.path.join(train_dir, "val.npz"))
+source = sources.Source(val, ["held-out"] * len(val), pad_id=meta["pad_id"])
+s = eval_rm.score(rm, source, batch_size=16)["held-out"]
 win = s.rewards[:, 0] > s.rewards[:, 1]
 longer, shorter = s.lengths[:, 0] > s.lengths[:, 1], s.lengths[:, 0] < s.lengths[:, 1]
 split = {"chosen longer": win[longer].float().mean().item(),
@@ -140,7 +163,7 @@ print({k: round(v, 3) for k, v in split.items()}, f"({int(longer.sum())} / {int(
 fig, ax = plt.subplots(figsize=(4, 2.6))
 ax.bar(list(split), list(split.values()), color=["tab:green", "tab:red"])
 ax.axhline(0.5, color="gray", ls=":")
-ax.set(ylim=(0, 1), ylabel="accuracy", title="held-out helpful-base pairs")
+ax.set(ylim=(0, 1), ylabel="accuracy", title="held-out pairs")
 fig.tight_layout()
 
 # %% [markdown]
