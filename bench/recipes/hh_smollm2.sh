@@ -5,6 +5,9 @@
 #   /usr/bin/time -v bash bench/recipes/hh_smollm2.sh      # with its wall time and peak memory
 #   GGUF=path/to/SmolLM2-135M-Instruct.Q4_1.gguf HH=path/to/hh-rlhf bash bench/recipes/hh_smollm2.sh
 #   EPOCHS=3 LR=5e-5 HEAD_LR=1e-3 OUT=out/hh-x bash bench/recipes/hh_smollm2.sh   # another setting
+#   DTYPE=float32 bash bench/recipes/hh_smollm2.sh         # fp32 throughout, as rows A-C of README.md
+#
+# Configurations measured so far, and what each buys: bench/recipes/README.md.
 #
 # Without the shared data: HH-RLHF's files are at
 #   https://huggingface.co/datasets/Anthropic/hh-rlhf (<subset>/test.jsonl.gz, train.jsonl.gz)
@@ -20,6 +23,9 @@
 #      their output is computed once per pair and cached on disk (cache.py, in the dataset's
 #      cache/ folder; a second run with the same data and checkpoint reuses it), so a pass costs
 #      the top layers only. Each pair is one packed row [prompt | chosen | rejected].
+#      DTYPE=auto (the default) computes the cache and the trained layers under bf16 autocast
+#      where the CPU multiplies bf16 natively (AVX512-BF16 or AMX: 1.75x the cache's pairs/s on
+#      a Zen 4 EPYC), fp32 elsewhere; the weights, head, loss and reward differences stay fp32.
 #   3. The held-out pairs of every subset are scored at each epoch's end; the last evaluation
 #      writes OUT/eval.json (per subset) and its plots, and the summary below.
 #   4. --calibrate_length: the line of reward on log(response tokens) is fitted on the training
@@ -35,6 +41,7 @@ LAYERS=${LAYERS:-4}
 EPOCHS=${EPOCHS:-2}
 LR=${LR:-3e-5}
 HEAD_LR=${HEAD_LR:-0}
+DTYPE=${DTYPE:-auto}  # bf16 where the CPU has native bf16 (nanorm/runtime.auto_dtype), else fp32
 BATCH=${BATCH:-8}
 MAX_LEN=${MAX_LEN:-320}
 MAX_TRAIN=${MAX_TRAIN:-800}  # training pairs per subset: the frozen layers' cache fits the hour
@@ -46,7 +53,8 @@ if [ ! -f "$DATA/meta.json" ]; then  # prepared once; later runs (other settings
         --max_train "$MAX_TRAIN" --out_dir "$DATA"
 fi
 python train_rm.py --init "$GGUF" --dataset "$DATA" --out_dir "$OUT" --overwrite \
-    --lm_coef 0 --pack --train_layers "$LAYERS" --batch_size "$BATCH" --epochs "$EPOCHS" \
+    --lm_coef 0 --pack --dtype "$DTYPE" --train_layers "$LAYERS" --batch_size "$BATCH" \
+    --epochs "$EPOCHS" \
     --lr "$LR" --min_lr "$(python -c "print($LR / 10)")" --head_lr "$HEAD_LR" --warmup 20 \
     --weight_decay 0 --eval_first false --eval_interval 100000 --eval_pairs 100000 \
     --log_interval 50 --calibrate_length "$CALIBRATE" $EXTRA
