@@ -178,7 +178,8 @@ fig.tight_layout()
 # * on **harmless-base**, where the preferred answer is usually the shorter one, its accuracy
 #   falls to about `longer_wins`, below chance;
 # * on the **length trap** it prefers the padded answer to the same answer without padding in
-#   about two pairs of three, although the padding adds nothing. (Its `longer_wins` is not 0:
+#   more than four pairs of five (accuracy 0.17 in the stored run), although the padding adds
+#   nothing. (Its `longer_wins` is not 0:
 #   an answer longer than 192 tokens keeps only its end, so some trap pairs tie in length.) A policy optimised against this reward would
 #   learn to add such sentences (the "thanks" exploit reported against DeepSpeed-Chat).
 #
