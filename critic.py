@@ -5,7 +5,8 @@ and what PPO does with those values: generalized advantage estimation and the cl
     python -m pytest tests/test_critic.py    # no command line: a PPO loop calls these functions
 
     critic = Critic.from_reward_model(rm)                # PPO usually starts from the RM's weights
-    values = critic(tokens, attention_mask)              # (B, T), 0 at padding
+    critic = Critic(pretrained="stories260K.bin")        # or a new head on any checkpoint
+    values = critic(input_ids, attention_mask)           # (B, T), 0 at padding
     old_v = response_values(values, prompt_len, R)       # (B, R), aligned with the response tokens
     adv, ret = gae(rewards, old_v, response_mask, gamma=1.0, lam=0.95)
     loss = value_loss(new_v, old_v, ret, response_mask, clip_eps=0.2)
@@ -31,10 +32,10 @@ from reward import ScalarHeadModel, apply_head
 
 
 class Critic(ScalarHeadModel):
-    def forward(self, tokens, attention_mask=None):
+    def forward(self, input_ids, attention_mask=None, **kwargs):
         """Values (B, T): values[:, t] is the value of the text up to and including token t;
-        exactly 0 at padding."""
-        h = self.backbone.hidden_states(tokens, attention_mask)  # (B, T, dim)
+        exactly 0 at padding. Other keywords are ignored, as ColossalChat's Critic ignores them."""
+        h = self.backbone.hidden_states(input_ids, attention_mask)  # (B, T, dim)
         values = apply_head(self.head, h)  # (B, T)
         if attention_mask is not None:
             values = values * attention_mask.to(values.dtype)

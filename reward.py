@@ -4,8 +4,8 @@ losses that teach it which of two responses people preferred.
 
 A library: score.py is its command line (score a response, export to Hugging Face).
 
-    rm = RewardModel.from_backbone_checkpoint(path)   # or .from_config(cfg), .load(saved)
-    r = rm(tokens, attention_mask)                     # (B,), read at each row's last real token
+    rm = RewardModel(pretrained=path)                  # any checkpoint; or RewardModel(backbone)
+    r = rm(input_ids, attention_mask)                  # (B,), read at each row's last real token
     r_c, r_r = rm.forward_pair(chosen, chosen_mask, rejected, rejected_mask)  # one backbone call
     loss = pairwise_loss("logsig", r_c, r_r, margin=None, center_coef=0.0)
 
@@ -168,11 +168,34 @@ class ScalarHeadModel(nn.Module):
 
     head_bias = True
 
-    def __init__(self, backbone: Transformer):
+    def __init__(self, backbone: Transformer | None = None, *, pretrained=None):
+        """cls(backbone) puts a new head on a LLaMA; cls(pretrained=path), as ColossalChat
+        builds its models, reads the backbone from any checkpoint nanoRM reads (ckpt.pt,
+        llama2.c .bin/.pt, Meta or HF directory, .gguf). A hub name is not read: download it
+        first (huggingface-cli download NAME --local-dir DIR) and pass DIR."""
         super().__init__()
+        if (backbone is None) == (pretrained is None):
+            raise TypeError(f"{type(self).__name__}(backbone) or (pretrained=path), one of them")
+        if pretrained is not None:
+            from nanorm.ckpt import pretrained_parts  # checkpoint formats: read when a file is
+
+            backbone, score = pretrained_parts(type(self), pretrained)
         self.backbone = backbone
         device = backbone.tok_embeddings.weight.device
         self.head = new_head(backbone.config.dim, bias=self.head_bias).to(device)
+        if pretrained is not None:
+            with torch.no_grad():  # an HF classifier's `score`, or the head a ckpt.pt holds
+                for name, value in score.items():
+                    self.get_parameter(name).copy_(value)
+            self.eval()
+
+    def get_input_embeddings(self):
+        """The token embedding table (Hugging Face's name for it, as ColossalChat calls it)."""
+        return self.backbone.tok_embeddings
+
+    def get_output_embeddings(self):
+        """The LM head, the backbone's `output` (tied to the embeddings in llama2.c models)."""
+        return self.backbone.output
 
     @classmethod
     def from_config(cls, cfg: ModelConfig):
@@ -201,15 +224,16 @@ class ScalarHeadModel(nn.Module):
 
 
 class RewardModel(ScalarHeadModel):
-    def forward(self, tokens, attention_mask=None):
+    def forward(self, input_ids, attention_mask=None, **kwargs):
         """Rewards (B,) read at each row's last real token (the last column without a mask).
-        Only that token's state is computed in the last layer (hidden_states' `at`)."""
-        B, T = tokens.shape
+        Only that token's state is computed in the last layer (hidden_states' `at`). Other
+        keywords are ignored, as ColossalChat's models ignore them."""
+        B, T = input_ids.shape
         if attention_mask is None:
-            last = torch.full((B,), T - 1, device=tokens.device)
+            last = torch.full((B,), T - 1, device=input_ids.device)
         else:
             last = last_real_index(attention_mask)
-        h = self.backbone.hidden_states(tokens, attention_mask, at=last[:, None])  # (B, 1, dim)
+        h = self.backbone.hidden_states(input_ids, attention_mask, at=last[:, None])  # (B, 1, dim)
         return apply_head(self.head, h[:, 0])  # (B,)
 
     def forward_pair(self, chosen, chosen_mask, rejected, rejected_mask):
@@ -331,9 +355,16 @@ class LMRegularizedRewardModel(RewardModel):
         r_c, r_r = r[:B], r[B:]
         rm_loss = pairwise_loss(kind, r_c, r_r, margin=margin, center_coef=center_coef)
 
+        lm_loss = self.response_lm_loss(h[:B], chosen, chosen_response_mask)
+        return rm_loss + lm_coef * lm_loss, pair_stats(r_c, r_r, rm_loss, lm_loss=lm_loss)
+
+    def response_lm_loss(self, h, targets, response_mask):
+        """The LM term: mean cross-entropy of the response tokens targets[b, t] (where
+        response_mask[b, t] = 1) predicted from the states h[b, t - 1] (B, T, dim)."""
+        B = h.size(0)
         # the state at t predicts token t + 1: keep the states whose next token is a response's
-        rows, cols = chosen_response_mask[:, 1:].nonzero(as_tuple=True)  # (N,) each
-        labels = chosen[rows, cols + 1]  # (N,)
+        rows, cols = response_mask[:, 1:].nonzero(as_tuple=True)  # (N,) each
+        labels = targets[rows, cols + 1]  # (N,)
         ce = chunked_cross_entropy(self.backbone.output, h[rows, cols], labels, LM_CHUNK)  # (N,)
         # mean over each response's tokens, then over pairs: every pair weighs the same, as in
         # the pairwise term. A mean over all tokens of the batch would make micro-batches (and
@@ -341,8 +372,57 @@ class LMRegularizedRewardModel(RewardModel):
         # one big batch (the bug Hugging Face's Trainer fixed in late 2024).
         n_tokens = torch.bincount(rows, minlength=B).clamp(min=1)  # (B,)
         per_pair = torch.zeros(B, device=ce.device).index_add(0, rows, ce) / n_tokens
-        lm_loss = per_pair.mean()
+        return per_pair.mean()
 
+    def forward(self, input_ids=None, attention_mask=None, *book_args, **kwargs):
+        """RewardModel's rewards (B,); called with LLMBook's arguments (positional, or the
+        keywords sent1_idx, ...), the book's combined loss, a scalar (llmbook_loss)."""
+        if book_args or "sent1_idx" in kwargs:
+            args = (input_ids, attention_mask, *book_args) if input_ids is not None else ()
+            return self.llmbook_loss(*args, **kwargs)[0]
+        return super().forward(input_ids, attention_mask)
+
+    def llmbook_loss(
+        self,
+        sent1_idx,
+        attention_mask_1,
+        sent2_idx,
+        attention_mask_2,
+        labels,
+        prompt_ids,
+        lm_attn_mask,
+        response_ids,
+        lm_coef=1.0,
+        **kwargs,
+    ):
+        """(loss, stats) from LLMBook's LlamaRewardModel.forward(sent1_idx, attention_mask_1,
+        sent2_idx, attention_mask_2, labels, prompt_ids, lm_attn_mask, response_ids), which
+        returns rm_loss + lm_loss:
+            sent1_idx, attention_mask_1   the chosen rows (B, T1) and their mask
+            sent2_idx, attention_mask_2   the rejected rows (B, T2) and their mask
+            labels (B,)   which sentence people preferred: 0 = sent1, 1 = sent2 (soft in
+                          between). The book's data is all 0, sent1 the chosen, and is accepted
+                          as it meant it: the book's BCE(r1 - r2, labels) with 0 trains towards
+                          sent2, the rejected; here the target is 1 - labels.
+            prompt_ids, lm_attn_mask      the rows (B, T) the LM term reads, and their mask
+            response_ids (B, T)  prompt_ids with -100 outside the response (Hugging Face's
+                          labels): response_ids[t + 1] is predicted from the state at t (the
+                          book predicts response_ids[t] from position t, an identity copy).
+        Rewards are pooled at each row's last real token (the book scores every position).
+        Other keywords (the Trainer's) are ignored."""
+        B = sent1_idx.size(0)
+        tokens, mask = pad_and_concat(sent1_idx, attention_mask_1, sent2_idx, attention_mask_2)
+        h = self.backbone.hidden_states(tokens, mask)  # (2B, T, dim)
+        r = score_last_token(self.head, h, mask)  # (2B,)
+        r_c, r_r = r[:B], r[B:]
+        rm_loss = pairwise_loss("bce", r_c, r_r, labels=1 - labels.float())
+        response = (response_ids != -100) & (lm_attn_mask != 0)  # (B, T)
+        same = prompt_ids.shape == sent1_idx.shape and torch.equal(prompt_ids, sent1_idx)
+        if same and torch.equal(lm_attn_mask, attention_mask_1):  # the chosen rows again
+            h_lm = h[:B, : prompt_ids.size(1)]  # (right padding changes no earlier state)
+        else:
+            h_lm = self.backbone.hidden_states(prompt_ids, lm_attn_mask)  # (B, T, dim)
+        lm_loss = self.response_lm_loss(h_lm, response_ids, response)
         return rm_loss + lm_coef * lm_loss, pair_stats(r_c, r_r, rm_loss, lm_loss=lm_loss)
 
     def loss_packed(self, *args, **kwargs):

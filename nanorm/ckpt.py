@@ -29,6 +29,8 @@ What ckpt.pt holds: one dict, torch.save'd, read with weights_only=True (tensors
 
 import os
 import re
+import struct
+import sys
 import tempfile
 from dataclasses import asdict
 from functools import lru_cache
@@ -129,7 +131,7 @@ def is_ours(path):
     return isinstance(ckpt, dict) and (MODEL_KEYS <= ckpt.keys() or _nested(ckpt))
 
 
-def _nested(ckpt):  # checkpoints of an earlier round kept kind/config/model under "model"
+def _nested(ckpt):  # older checkpoints kept kind/config/model under "model"
     return isinstance(ckpt.get("model"), dict) and MODEL_KEYS <= ckpt["model"].keys()
 
 
@@ -217,15 +219,55 @@ def from_pretrained(cls, path):
     checkpoint checkpoints.py reads (llama2.c, Meta, HF, GGUF); the head is new, unless the
     file is an HF sequence classifier whose `score.weight` comes in the same read: then it is
     the head's weight."""
+    backbone, heads = _foreign_parts(path)
+    model = cls(backbone)
+    with torch.no_grad():
+        for name, value in heads.items():
+            model.get_parameter(name).copy_(value)
+    return model.eval()
+
+
+def _foreign_parts(path):
+    """(the backbone, {"head.weight": an HF classifier's score} or {}) of a foreign checkpoint."""
     config, sd = read_checkpoint(path)
     score = sd.pop("score.weight", None)
-    model = cls(transformer_from_state_dict(ModelConfig(**config), sd, path))
-    if score is not None:
-        if score.shape != model.head.weight.shape:
-            raise ValueError(f"{path}: score.weight {tuple(score.shape)} is not (1, dim)")
-        with torch.no_grad():  # HF's score has no bias: ours stays 0
-            model.head.weight.copy_(score)
-    return model.eval()
+    backbone = transformer_from_state_dict(ModelConfig(**config), sd, path)
+    if score is None:
+        return backbone, {}
+    if tuple(score.shape) != (1, backbone.config.dim):
+        raise ValueError(f"{path}: score.weight {tuple(score.shape)} is not (1, dim)")
+    return backbone, {"head.weight": score}  # HF's score has no bias: ours stays 0
+
+
+def pretrained_parts(cls, path):
+    """(backbone, {head parameter: tensor}) for cls(pretrained=path), from any checkpoint
+    nanoRM reads. A ckpt.pt of cls's own kind gives all its heads (strictly); a reward model's
+    gives another class (a Critic, say) its head, as Critic.from_reward_model does; a foreign
+    backbone a new head, or an HF classifier's score. A name that is not a file or directory
+    here (a hub name) is refused in one line saying how to download it."""
+    path = str(path)
+    if not os.path.exists(path):
+        raise UsageError(
+            f"{path} is not a local checkpoint, and nanoRM reads no hub: download it first "
+            f"(huggingface-cli download {path} --local-dir DIR) and pass pretrained=DIR"
+        )
+    if not is_ours(path):
+        try:
+            return _foreign_parts(path)
+        except ValueError as e:  # the readers' "wrong format, truncated, shapes do not fit"
+            raise UsageError(str(e) if path in str(e) else f"{path}: {e}") from None
+    ckpt = load_checkpoint(path)
+    if ckpt["kind"] == cls.__name__:
+        model = model_from_dict(cls, ckpt, path)
+        heads = {k: v for k, v in model.state_dict().items() if not k.startswith("backbone.")}
+        return model.backbone, heads
+    if ckpt["kind"] not in KINDS and ckpt["kind"] not in SCORED_AS:
+        raise UsageError(f"{path}: kind {ckpt['kind']!r} is not one of {list(KINDS)}")
+    rm = load_reward_model(path, ckpt)  # its head becomes cls's, bias where both have one
+    heads = {"head.weight": rm.head.weight.detach()}
+    if rm.head.bias is not None and cls.head_bias:
+        heads["head.bias"] = rm.head.bias.detach()
+    return rm.backbone, heads
 
 
 def model_from_dict(cls, ckpt, source):
@@ -330,16 +372,60 @@ def _carried(ckpt, name):
 
 
 def check_tokenizer(init, meta, dataset):
-    """Refuse data tokenized with another vocabulary than the --init checkpoint's, when the
-    checkpoint carries a tokenizer (a .gguf, an HF or Meta directory): an equal vocab_size is
-    not an equal vocabulary. A llama2.c .bin carries none: only its size is checked."""
+    """Refuse data tokenized with another vocabulary than the --init checkpoint's, before its
+    weights are read. A checkpoint that carries a tokenizer (ours, a .gguf, an HF or Meta
+    directory with one) is compared by fingerprint: an equal vocab_size is not an equal
+    vocabulary. One that carries none (llama2.c, a bare Meta directory) is compared by size:
+    its embedding rows against the dataset's vocab_size, refused when they differ; equal, a
+    one-line warning, since which vocabulary it is cannot be known."""
     want = meta.get("tokenizer_fingerprint")
-    if init == "scratch" or not want:
+    if init == "scratch":
         return
-    tok = checkpoint_tokenizer(init, missing_ok=True)
-    if tok is not None and tokenizer_fingerprint(tok) != want:
+    if is_ours(init):
+        tok = checkpoint_tokenizer(init, missing_ok=True) if want else None
+    else:
+        tok = checkpoint_tokenizer(init, missing_ok=True)
+        if tok is None:
+            return _check_vocab_size(init, meta, dataset)
+    if tok is not None and want and tokenizer_fingerprint(tok) != want:
         raise UsageError(
             f"{init} carries tokenizer {tokenizer_fingerprint(tok)}, but the dataset "
             f"{dataset} was tokenized with {meta['tokenizer']} ({want}): "
             f"prepare it again with --tokenizer {init}"
         )
+
+
+def _check_vocab_size(init, meta, dataset):
+    """check_tokenizer for a checkpoint without a vocabulary: the sizes are all there is."""
+    rows, size = embedding_rows(init), meta.get("vocab_size")
+    if size is None:
+        return
+    beside = [
+        os.path.join(os.path.dirname(os.path.abspath(init)) if os.path.isfile(init) else init, f)
+        for f in ("tokenizer.model", "tokenizer.bin", "tok512.bin", "tok4096.bin")
+    ]  # llama2.c ships tok512.bin / tok4096.bin beside its stories models
+    found = next((f for f in beside if os.path.isfile(f)), None)
+    tok = found or "<the tokenizer it was trained with>"
+    if rows != size:
+        raise UsageError(
+            f"{init} carries no vocabulary and has {rows} embedding rows, but the dataset "
+            f"{dataset} has vocab_size {size} ({meta.get('tokenizer')}): prepare the data "
+            f"with --tokenizer {tok}"
+        )
+    print(
+        f"warning: {init} carries no vocabulary: its {rows} embedding rows equal the dataset's "
+        f"vocab_size, but that {meta.get('tokenizer')} is its tokenizer cannot be checked",
+        file=sys.stderr,
+    )
+
+
+def embedding_rows(path):
+    """The embedding rows of a checkpoint, read cheaply: a llama2.c .bin's header (28 bytes),
+    else the config of a read that maps the weights without loading them."""
+    path = str(path)
+    if os.path.isfile(path) and not path.endswith((".pt", ".gguf")) and not is_torch_file(path):
+        with open(path, "rb") as f:
+            header = f.read(28)
+        if len(header) == 28:
+            return abs(struct.unpack("7i", header)[5])  # a negative size: an untied output
+    return read_checkpoint(path)[0]["vocab_size"]

@@ -1,0 +1,358 @@
+"""The seeds' classes under their own names and calls: ColossalChat's RewardModel, Critic and
+RLVRRewardModel and LLMBook's LlamaRewardModel, built and called as their usage examples do (a
+local path for the hub name, the CPU for .cuda()); the README's snippets for them; and a
+checkpoint without a vocabulary refused under data of another vocabulary size."""
+
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import ROOT, shared_path, tiny_model
+
+from critic import Critic
+from data import UsageError
+from nanorm.checkpoints import load_transformer
+from nanorm.ckpt import check_tokenizer, save_checkpoint
+from reward import LMRegularizedRewardModel, RewardModel
+from verifiable import RLVRRewardModel, VerifiableRewardModel, gsm8k_reward, math_reward
+
+HEADING = "## Coming from ColossalChat, LLMBook or TRL"
+
+
+def stories():
+    return str(shared_path("llama2c", "stories260K", "stories260K.bin"))
+
+
+def tok512():
+    from data.tokenizer import load_tokenizer
+
+    return load_tokenizer(shared_path("llama2c", "stories260K", "tok512.bin"))
+
+
+@pytest.fixture
+def at_root(monkeypatch):
+    """The README's snippets name ../shared/data from the project root."""
+    stories()
+    monkeypatch.chdir(ROOT)
+
+
+# ----------------------------------------------------------------------------- README snippets
+# the same code as the README's section, run as written (printing what the README shows)
+
+
+def test_readme_snippet_reward_model(at_root, capsys):
+    torch.manual_seed(0)
+    model = RewardModel(pretrained="../shared/data/llama2c/stories260K/stories260K.bin")
+    input_ids = torch.tensor([[1, 403, 11, 2, 0], [1, 87, 300, 52, 2]])
+    attention_mask = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]])
+    reward = model(input_ids=input_ids, attention_mask=attention_mask)
+    print(reward.shape, model.get_input_embeddings())
+    assert reward.shape == (2,) and "Embedding(512, 64)" in capsys.readouterr().out
+
+
+def test_readme_snippet_critic(at_root):
+    torch.manual_seed(0)
+    critic = Critic(pretrained="../shared/data/llama2c/stories260K/stories260K.bin")
+    input_ids = torch.tensor([[1, 403, 11, 2, 0], [1, 87, 300, 52, 2]])
+    attention_mask = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]])
+    values = critic(input_ids=input_ids, attention_mask=attention_mask)
+    print(values.shape, values[0, -1].item())  # (B, T); 0 at padding
+    assert values.shape == (2, 5) and values[0, -1].item() == 0.0
+
+
+def test_readme_snippet_rlvr_reward_model(at_root):
+    from data.tokenizer import load_tokenizer
+
+    tok = load_tokenizer("../shared/data/llama2c/stories260K/tok512.bin")
+
+    def ends_with_answer(input_ids, attention_mask, **kwargs):  # ColossalChat's shape
+        s, e = kwargs["response_start"], kwargs["response_end"]  # e inclusive, as theirs decode
+        text = kwargs["tokenizer"].decode(input_ids[s : e + 1].tolist())
+        return torch.tensor(1.0 if text.endswith(kwargs["gt_answer"]) else 0.0)
+
+    prompt, response = tok.encode("Q: 9*2?", bos=True), tok.encode(" #### 18")
+    input_ids = torch.tensor([prompt + response])
+    rm = RLVRRewardModel([ends_with_answer, gsm8k_reward], tokenizer=tok)
+    r = rm(input_ids, torch.ones_like(input_ids), response_start=[len(prompt)],
+           response_end=[len(prompt) + len(response)], gt_answer=["18"])  # fmt: skip
+    print(r)  # 1 + 1
+    assert r.tolist() == [2.0]
+
+
+def test_readme_snippet_llmbook_call(at_root):
+    torch.manual_seed(0)
+    model = LMRegularizedRewardModel(
+        pretrained="../shared/data/llama2c/stories260K/stories260K.bin"
+    )
+    chosen = torch.tensor([[1, 403, 11, 87, 300, 2]])
+    rejected = torch.tensor([[1, 403, 11, 52, 2, 0]])
+    response_ids = chosen.masked_fill(torch.arange(6) < 3, -100)  # the response's tokens only
+    loss = model(sent1_idx=chosen, attention_mask_1=torch.ones_like(chosen),
+                 sent2_idx=rejected, attention_mask_2=(rejected != 0).long(),
+                 labels=torch.zeros(1), prompt_ids=chosen, lm_attn_mask=torch.ones_like(chosen),
+                 response_ids=response_ids)  # fmt: skip
+    print(loss)  # rm_loss + lm_loss
+    assert loss.dim() == 0 and torch.isfinite(loss)
+
+
+def test_readme_section_runs():
+    """Every ```python block under the README's heading, run as written from the root."""
+    readme = (ROOT / "README.md").read_text()
+    if HEADING not in readme:
+        pytest.skip(f"README.md has no {HEADING!r} section yet")
+    stories()
+    section = readme.split(HEADING, 1)[1]
+    section = re.split(r"\n## ", section, maxsplit=1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(blocks) >= 4, "a snippet per class"
+    for code in blocks:
+        p = subprocess.run(
+            [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300
+        )
+        assert p.returncode == 0, (code[:200], p.stderr[-1500:])
+
+
+# ----------------------------------------------------------------------------- ColossalChat
+
+
+def test_colossalchat_reward_model_usage(at_root):
+    """ColossalChat: model = RewardModel(pretrained=...); reward = model(input_ids=...,
+    attention_mask=...), one reward per sequence at its last real token."""
+    torch.manual_seed(0)
+    model = RewardModel(pretrained=stories())
+    ids = torch.tensor([[1, 403, 11, 87, 2, 0, 0], [0, 0, 1, 403, 11, 87, 2]])
+    mask = (torch.arange(7) < 5).long().expand(2, -1).clone()
+    mask[1] = mask[0].flip(0)  # the same text, right- and left-padded
+    reward = model(input_ids=ids, attention_mask=mask, use_cache=False)  # extra keyword ignored
+    print("RewardModel:", reward)
+    assert reward.shape == (2,)
+    torch.testing.assert_close(reward[0], reward[1], atol=1e-5, rtol=1e-5)
+    assert torch.equal(model(ids, mask), reward)  # positional too
+    assert model.get_input_embeddings() is model.backbone.tok_embeddings
+    assert model.get_output_embeddings() is model.backbone.output
+
+
+def test_colossalchat_critic_usage(at_root):
+    """ColossalChat: critic = Critic(pretrained=...); values = critic(input_ids=...,
+    attention_mask=...), one value per token."""
+    torch.manual_seed(0)
+    critic = Critic(pretrained=stories())
+    ids = torch.tensor([[1, 403, 11, 87, 2, 0]])
+    mask = torch.tensor([[1, 1, 1, 1, 1, 0]])
+    values = critic(input_ids=ids, attention_mask=mask, return_dict=True)
+    print("Critic:", values)
+    assert values.shape == (1, 6) and values[0, -1] == 0
+    assert torch.equal(critic(ids, mask), values)
+    assert critic.get_input_embeddings().weight.shape == (512, 64)
+
+
+def colossal_gsm8k_reward_fn(input_ids, attention_mask, **kwargs):
+    """The shape of ColossalChat's gsm8k_reward_fn: 1 for the format (the tags), 9 more for the
+    answer; it decodes input_ids[s : e + 1], the end inclusive."""
+    gt_answer, tokenizer = kwargs["gt_answer"], kwargs["tokenizer"]
+    s, e = kwargs["response_start"], kwargs["response_end"]
+    reward = torch.tensor(0.0).to(input_ids.device)
+    if gt_answer is None:
+        return reward
+    text = tokenizer.decode(input_ids[s : e + 1].tolist())
+    tags = kwargs["tags"]
+    if any(text.count(t["text"]) != t["num_occur"] for t in tags.values()):
+        return reward
+    final = text.split(tags["answer_start"]["text"])[-1].split(tags["answer_end"]["text"])[0]
+    reward += 1.0
+    if final.strip().replace(" ", "").lower() == gt_answer.strip().replace(" ", "").lower():
+        reward = reward + 9.0
+    return reward
+
+
+TAGS = {
+    "think_start": {"text": "<think>", "num_occur": 1},
+    "think_end": {"text": "</think>", "num_occur": 1},
+    "answer_start": {"text": "<answer>", "num_occur": 1},
+    "answer_end": {"text": "</answer>", "num_occur": 1},
+}
+
+
+def rlvr_batch(tok):
+    """Two rows: left-padded prompt, response, right padding; -> ids, mask, starts, ends
+    (exclusive), the answers."""
+    prompts = ["Q: 9*2?", "Q: 3+4?"]
+    responses = ["<think>9*2</think><answer>18</answer>", "<think>3+4</think><answer>7</answer>"]
+    rows = [
+        (tok.encode(p, bos=True), tok.encode(r)) for p, r in zip(prompts, responses, strict=True)
+    ]
+    width = max(len(p) + len(r) for p, r in rows) + 2
+    ids = torch.zeros(2, width, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    starts, ends = [], []
+    for b, (p, r) in enumerate(rows):
+        ids[b, : len(p) + len(r)] = torch.tensor(p + r)
+        mask[b, : len(p) + len(r)] = 1
+        starts.append(len(p))
+        ends.append(len(p) + len(r))
+    return ids, mask, torch.tensor(starts), torch.tensor(ends), ["18", "7"]
+
+
+def test_colossalchat_rlvr_usage_and_the_two_end_conventions():
+    """ColossalChat: RLVRRewardModel(reward_fn_list=[gsm8k_reward_fn], tokenizer=tok, tags=tags)
+    then reward_model(input_ids, attention_mask, response_start=, response_end=, gt_answer=).
+    The experience maker's exclusive ends and inclusive ends (declared) both read the whole
+    response: the last token ("7" in the second row's "...>7</answer>") is never dropped."""
+    tok = tok512()
+    ids, mask, starts, ends, gts = rlvr_batch(tok)
+    for fns in ([colossal_gsm8k_reward_fn], [colossal_gsm8k_reward_fn, math_reward]):
+        exclusive = RLVRRewardModel(reward_fn_list=fns, tokenizer=tok, tags=TAGS)
+        inclusive = RLVRRewardModel(fns, tokenizer=tok, tags=TAGS, response_end_inclusive=True)
+        assert exclusive.to("cpu") is exclusive and exclusive.eval() is exclusive
+        want = [10.0 + (len(fns) - 1)] * 2
+        r = exclusive(ids, mask, response_start=starts, response_end=ends, gt_answer=gts)
+        print("RLVRRewardModel:", r)
+        assert r.shape == (2,) and r.dtype == torch.float32 and r.tolist() == want
+        r = inclusive(ids, mask, response_start=starts, response_end=ends - 1, gt_answer=gts)
+        assert r.tolist() == want
+        # no end: just past the last real token
+        assert exclusive(ids, mask, response_start=starts, gt_answer=gts).tolist() == want
+    wrong = RLVRRewardModel([colossal_gsm8k_reward_fn], tokenizer=tok, tags=TAGS)
+    out = wrong(ids, mask, response_start=starts, response_end=ends - 1, gt_answer=gts)
+    assert out.tolist() == [0.0, 0.0]  # the end one short: "</answer" is no closing tag
+    assert VerifiableRewardModel is RLVRRewardModel
+
+
+def test_text_functions_need_the_tokenizer():
+    with pytest.raises(ValueError, match="tokenizer="):
+        RLVRRewardModel([gsm8k_reward])
+    RLVRRewardModel([colossal_gsm8k_reward_fn])  # token functions decode themselves
+
+
+# ----------------------------------------------------------------------------- LLMBook
+
+
+def book_batch():
+    torch.manual_seed(1)
+    chosen = torch.randint(3, 512, (2, 9))
+    rejected = torch.randint(3, 512, (2, 7))
+    chosen_mask = torch.ones_like(chosen)
+    chosen_mask[1, -2:] = 0
+    rejected_mask = torch.ones_like(rejected)
+    rejected_mask[0, -1] = 0
+    response = chosen.masked_fill(torch.arange(9) < 4, -100).masked_fill(chosen_mask == 0, -100)
+    return chosen, chosen_mask, rejected, rejected_mask, response
+
+
+def test_llmbook_forward_usage_is_the_corrected_loss(at_root):
+    """LLMBook: loss = model(sent1_idx, attention_mask_1, sent2_idx, attention_mask_2, labels,
+    prompt_ids, lm_attn_mask, response_ids), labels all 0 (sent1 the chosen): the loss is
+    nanoRM's loss() of that pair with the LM term on the response (coefficient 1), which
+    trains towards sent1."""
+    torch.manual_seed(0)
+    model = LMRegularizedRewardModel(pretrained=stories())
+    chosen, c_mask, rejected, r_mask, response = book_batch()
+    labels = torch.zeros(2)
+    loss = model(chosen, c_mask, rejected, r_mask, labels, chosen, c_mask, response)
+    print("LlamaRewardModel.forward:", loss)
+    ref, _ = model.loss(chosen, c_mask, rejected, r_mask, (response != -100).long(), lm_coef=1.0)
+    torch.testing.assert_close(loss, ref, rtol=1e-6, atol=1e-6 * ref.abs().item())
+    keywords = dict(sent1_idx=chosen, attention_mask_1=c_mask, sent2_idx=rejected)
+    keywords |= dict(attention_mask_2=r_mask, labels=labels, prompt_ids=chosen)
+    keywords |= dict(lm_attn_mask=c_mask, response_ids=response)
+    assert torch.equal(model(**keywords), loss)
+    # the LM rows given apart (one more column of padding: their own backbone call) agree
+    wider = dict(prompt_ids=torch.cat([chosen, torch.zeros_like(chosen[:, :1])], 1))
+    wider |= dict(lm_attn_mask=torch.cat([c_mask, torch.zeros_like(c_mask[:, :1])], 1))
+    wider |= dict(response_ids=torch.cat([response, torch.full_like(response[:, :1], -100)], 1))
+    apart, _ = model.llmbook_loss(**keywords | wider)
+    torch.testing.assert_close(apart, loss, rtol=1e-5, atol=1e-5 * loss.abs().item())
+    # labels 1 say sent2 was preferred: the pair swapped
+    swapped, _ = model.llmbook_loss(**keywords | dict(labels=torch.ones(2)))
+    _, stats = model.loss(chosen, c_mask, rejected, r_mask, (response != -100).long(), 1.0)
+    d = stats["r_chosen"] - stats["r_rejected"]
+    rm_swapped = torch.nn.functional.softplus(d).mean()
+    torch.testing.assert_close(swapped - (ref - stats["rm_loss"]), rm_swapped)
+    # and the gradient of the pairwise term raises r(sent1) when labels are the book's 0
+    model.zero_grad()
+    r = model(chosen, c_mask)
+    (r[0]).backward()
+    g = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    rm_only, _ = model.llmbook_loss(**keywords, lm_coef=0.0)
+    rm_only.backward()
+    step = sum((p.grad * g[n]).sum() for n, p in model.named_parameters() if n in g)
+    assert step < 0  # descending the loss raises sent1's reward
+
+
+def test_a_rewards_call_is_unchanged_on_the_lm_model():
+    model = tiny_model(LMRegularizedRewardModel)
+    ids = torch.randint(0, 61, (2, 6))
+    mask = torch.ones_like(ids)
+    assert torch.equal(model(ids, mask), RewardModel.forward(model, ids, mask))
+    assert torch.equal(model(input_ids=ids, attention_mask=mask, position_ids=None), model(ids))
+
+
+# ----------------------------------------------------------------------------- pretrained=
+
+
+def test_pretrained_reads_every_format(tmp_path):
+    """RewardModel(pretrained=path) for ckpt.pt, llama2.c .bin and .pt, Meta and HF
+    directories and .gguf: the backbone is the file's, bit for bit."""
+    from test_init_formats import write
+
+    paths = [(stories(), load_transformer(stories()))]
+    for fmt in ("llama2c-pt", "meta", "hf"):
+        try:
+            paths.append(write(fmt, tmp_path / fmt, 61))
+        except pytest.skip.Exception:
+            pass
+    try:
+        from test_train import write_gguf
+
+        base = paths[-1][1]
+        paths.append((write_gguf(base, tmp_path / "m.gguf"), base))
+    except pytest.skip.Exception:
+        pass
+    for path, base in paths:
+        for cls in (RewardModel, Critic, LMRegularizedRewardModel):
+            model = cls(pretrained=path)
+            for k, v in base.state_dict().items():
+                assert torch.equal(model.backbone.state_dict()[k], v), (path, cls, k)
+
+
+def test_pretrained_ckpt_pt_gives_back_the_trained_heads(tmp_path):
+    rm = tiny_model(RewardModel)
+    save_checkpoint(tmp_path / "ckpt.pt", rm)
+    ids = torch.randint(0, 61, (2, 6))
+    assert torch.equal(RewardModel(pretrained=tmp_path / "ckpt.pt")(ids), rm(ids))
+    critic = Critic(pretrained=tmp_path / "ckpt.pt")  # PPO's critic from the reward model
+    assert torch.equal(critic(ids), Critic.from_reward_model(rm)(ids))
+
+
+def test_pretrained_refuses_a_hub_name_in_one_line():
+    with pytest.raises(UsageError) as e:
+        RewardModel(pretrained="meta-llama/Llama-2-7b-hf")
+    msg = str(e.value)
+    assert "\n" not in msg and "huggingface-cli download meta-llama/Llama-2-7b-hf" in msg
+    with pytest.raises(TypeError):
+        RewardModel()
+
+
+# ----------------------------------------------------------------------------- vocabularies
+
+
+def test_a_checkpoint_without_vocabulary_checks_the_size(tmp_path, capsys):
+    """stories260K.bin (512 embedding rows, no tokenizer) under the arithmetic data (320):
+    refused in one line naming both sizes and the --tokenizer; equal sizes: one warning."""
+    from data.arith.prepare import main as prepare_arith
+
+    init = stories()
+    meta = prepare_arith(["--out_dir", str(tmp_path), "--n_train", "16", "--n_val", "8"])
+    assert meta["vocab_size"] == 320
+    with pytest.raises(UsageError) as e:
+        check_tokenizer(init, meta, str(tmp_path))
+    msg = str(e.value)
+    assert "\n" not in msg and "512" in msg and "320" in msg and "--tokenizer" in msg
+    assert "tok512.bin" in msg  # llama2.c's tokenizer lies beside its model
+    capsys.readouterr()
+    check_tokenizer(init, dict(meta, vocab_size=512), str(tmp_path))
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("warning:") and "512" in err
