@@ -1,6 +1,8 @@
 """notebooks/exercises/: every solution passes its checker, every blank template fails it, and the checker
 gives the advertised hint for the classic mistakes."""
 
+import contextlib
+import re
 import subprocess
 import sys
 import types
@@ -20,7 +22,7 @@ def test_every_exercise_has_a_template_and_a_solution():
     for name in NAMES:
         assert (ROOT / "notebooks" / "exercises" / f"{name}.py").is_file(), name
         assert (ROOT / "notebooks" / "exercises" / "solutions" / f"{name}.py").is_file(), name
-    assert len(NAMES) >= 5
+    assert len(NAMES) >= 9
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -39,8 +41,84 @@ def test_blank_template_fails(name):
     assert not passed and message.startswith("not implemented yet"), message
 
 
+EX = ROOT / "notebooks" / "exercises"
+
+
 def mistake(**functions):
     return types.SimpleNamespace(**functions)
+
+
+# ex7: LLMBook's bugs one at a time (the other two fixed)
+def _pooled(head, h, mask):
+    last = (torch.arange(mask.size(1)) * mask.bool()).max(-1).values
+    return head(h[torch.arange(h.size(0)), last]).squeeze(-1)
+
+
+def label_zero(rh, lh, hc, hr, mc, mr, ids, response, lm_coef):
+    """BCE with label 0: -log sigmoid(r_r - r_c)."""
+    r_c, r_r = _pooled(rh, hc, mc), _pooled(rh, hr, mr)
+    rm = F.binary_cross_entropy_with_logits(r_c - r_r, torch.zeros_like(r_c))
+    return rm + lm_coef * _lm_term(lh, hc, ids, response, shift=1)
+
+
+def no_shift(rh, lh, hc, hr, mc, mr, ids, response, lm_coef):
+    """Position t scored on its own token."""
+    rm = -F.logsigmoid(_pooled(rh, hc, mc) - _pooled(rh, hr, mr)).mean()
+    return rm + lm_coef * _lm_term(lh, hc, ids, response, shift=0)
+
+
+def _lm_term(lh, hc, ids, response, shift):
+    T = ids.size(1)
+    ce = F.cross_entropy(lh(hc[:, : T - shift]).transpose(1, 2), ids[:, shift:], reduction="none")
+    w = response[:, shift:].float()
+    return ((ce * w).sum(-1) / w.sum(-1).clamp(min=1)).mean()
+
+
+# ex8: the two halves of the answer, each missing once
+def unscaled(model, micro_batches, loss_fn):
+    for i, batch in enumerate(micro_batches):
+        last = i == len(micro_batches) - 1
+        with contextlib.nullcontext() if last else model.no_sync():
+            loss_fn(model, batch).backward()
+
+
+def syncs_every_step(model, micro_batches, loss_fn):
+    for batch in micro_batches:
+        (loss_fn(model, batch) / len(micro_batches)).backward()
+
+
+def never_syncs(model, micro_batches, loss_fn):
+    with model.no_sync():
+        for batch in micro_batches:
+            (loss_fn(model, batch) / len(micro_batches)).backward()
+
+
+# ex9: three extraction or matching policies that look right
+def last_number(response, gt_answer):
+    numbers = re.findall(r"-?\d[\d,]*\.?\d*", response)
+    return float(
+        bool(numbers) and float(numbers[-1].replace(",", "").rstrip(".")) == float(gt_answer)
+    )
+
+
+def first_box(response, gt_answer):
+    i = response.find("\\boxed{")
+    if i < 0:
+        return SOLUTION_9.gsm8k_reward(response, gt_answer)
+    return float(
+        SOLUTION_9.number(response[i + 7 : response.index("}", i)])
+        == float(gt_answer.replace(",", ""))
+    )
+
+
+def as_strings(response, gt_answer):
+    """Strings compared after trimming: '1,000' is not '1000'."""
+    answer = SOLUTION_9.extract(response)
+    answer = None if answer is None else answer.strip(" :.$").removesuffix(".00")
+    return float(answer == gt_answer)
+
+
+SOLUTION_9 = check.load(EX / "solutions" / "ex9_gsm8k_reward.py")
 
 
 @pytest.mark.parametrize(
@@ -75,6 +153,19 @@ def mistake(**functions):
             "values",
         ),
         ("ex6", mistake(), "no function named 'value_loss'"),
+        (
+            "ex7",
+            mistake(lm_regularized_loss=check.load(EX / "ex7_lm_loss.py").as_published),
+            "bug 1, no pooling",
+        ),
+        ("ex7", mistake(lm_regularized_loss=label_zero), "bug 2, the label"),
+        ("ex7", mistake(lm_regularized_loss=no_shift), "bug 3, no shift"),
+        ("ex8", mistake(accumulate=unscaled), "did not scale the losses"),
+        ("ex8", mistake(accumulate=syncs_every_step), "every micro-step all-reduces"),
+        ("ex8", mistake(accumulate=never_syncs), "the last micro-step must sync"),
+        ("ex9", mistake(gsm8k_reward=last_number), "a \\boxed{} answer comes first"),
+        ("ex9", mistake(gsm8k_reward=first_box), "take the LAST box"),
+        ("ex9", mistake(gsm8k_reward=as_strings), "commas separate thousands"),
     ],
 )
 def test_checker_hints_at_the_mistake(name, module, hint):

@@ -16,13 +16,17 @@ From Python (this is what tests/test_exercises.py does):
 
 Every exercise is compared with the function nanoRM itself uses, never with a second copy of
 the answer: reward.last_real_index, reward.pairwise_loss, model.apply_rope, critic.gae,
-verifiable.extract_boxed and critic.value_loss. So a solution may not import those files (nor
+verifiable.extract_boxed, critic.value_loss, reward.py's LM-regularized loss (its pieces) and
+verifiable.gsm8k_reward; gradient accumulation (ex8) is compared with one big batch's
+gradients, and its no_sync with a stand-in for DDP (FakeDDP) that records each call. So a solution may not import those files (nor
 nanorm): one that returns nanoRM's own answer would pass without teaching anything, and fails
 with a hint. The inputs are put on the device being checked (a GPU when there is one): a
 solution that makes a new tensor on the CPU beside them fails there, as it would in training.
 """
 
 import argparse
+import contextlib
+import copy
 import importlib.util
 import inspect
 import os
@@ -37,6 +41,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, ROOT)  # nanoRM's files live in the project root
 
 import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 import critic  # noqa: E402
 import model  # noqa: E402
@@ -71,6 +76,8 @@ class Raised(Exception):
 
 
 def _on_device(x):
+    if isinstance(x, torch.nn.Module):  # a head: the student's copy, on the checked device
+        return copy.deepcopy(x).to(DEVICE)
     return x.clone().to(DEVICE) if torch.is_tensor(x) else x
 
 
@@ -611,6 +618,414 @@ def check_value_loss(mod):
     return len(SEEDS)
 
 
+# ----------------------------------------------------------------------------- ex7: LM-regularized
+def _lm_inputs(seed, padding="right", same_length=True):
+    """Heads, hidden states and a right- (or left-) padded pair batch with a prompt and a
+    response in each chosen row."""
+    g = torch.Generator().manual_seed(100 + seed)
+    rng = random.Random(seed)
+    B, dim, vocab = rng.randint(2, 4), rng.choice([4, 8]), rng.choice([7, 11])
+    reward_head, lm_head = torch.nn.Linear(dim, 1), torch.nn.Linear(dim, vocab)
+    for p in (*reward_head.parameters(), *lm_head.parameters()):
+        with torch.no_grad():
+            p.copy_(torch.randn(p.shape, generator=g))
+    T = rng.randint(5, 9)
+    T2 = T if same_length else T + rng.choice([-2, 2])
+    masks, response = [], torch.zeros(B, T, dtype=torch.long)
+    for T_, side in ((T, padding), (T2, padding)):
+        mask = torch.zeros(B, T_, dtype=torch.long)
+        for b in range(B):
+            n = rng.randint(3, T_)  # prompt (>= 1) + response (>= 1) + EOS
+            if side == "left":
+                mask[b, T_ - n :] = 1
+            else:
+                mask[b, :n] = 1
+        masks.append(mask)
+    chosen_mask, rejected_mask = masks
+    for b in range(B):  # the response: the real tokens after a prompt of 1 .. n-2 tokens
+        real = chosen_mask[b].nonzero().flatten()
+        p = rng.randint(1, len(real) - 1)
+        response[b, real[p:]] = 1
+    chosen_ids = torch.randint(vocab, (B, T), generator=g)
+    h_c = torch.randn(B, T, dim, generator=g).requires_grad_()
+    h_r = torch.randn(B, T2, dim, generator=g).requires_grad_()
+    return [reward_head, lm_head, h_c, h_r, chosen_mask, rejected_mask, chosen_ids, response]
+
+
+def _lm_parts(reward_head, lm_head, h_c, h_r, mask_c, mask_r, ids, response):
+    """(pairwise term, LM term) as reward.py computes them."""
+    r_c = reward.score_last_token(reward_head, h_c, mask_c)
+    r_r = reward.score_last_token(reward_head, h_r, mask_r)
+    owner = types.SimpleNamespace(backbone=types.SimpleNamespace(output=lm_head))
+    lm = reward.LMRegularizedRewardModel.response_lm_loss(owner, h_c, ids, response)
+    return reward.pairwise_loss("logsig", r_c, r_r), lm
+
+
+def _lm_rm_variants(reward_head, h_c, h_r, mask_c, mask_r):
+    """Pairwise terms the classic mistakes compute, each with its hint."""
+    pooled = lambda h, m: reward.score_last_token(reward_head, h, m)
+    last_col = lambda h: reward_head(h[:, -1]).squeeze(-1)
+    r_c, r_r = pooled(h_c, mask_c), pooled(h_r, mask_r)
+    out = [
+        (
+            -F.logsigmoid(r_r - r_c).mean(),
+            "bug 2, the label: BCE(r_c - r_r, label 0) = -log sigmoid(r_r - r_c) trains the "
+            "REJECTED response to win. The chosen must win: -log sigmoid(r_c - r_r) (label 1).",
+        ),
+        (
+            -F.logsigmoid(last_col(h_c) - last_col(h_r)).mean(),
+            "you read the reward at the last column; with padding that is a pad token. Read "
+            "it at each row's last real token (the largest t with mask 1, exercise 1).",
+        ),
+    ]
+    if h_c.shape == h_r.shape:
+        per_token = reward_head(h_c).squeeze(-1) - reward_head(h_r).squeeze(-1)  # (B, T)
+        both = (mask_c * mask_r).float()
+        no_pooling = (
+            "bug 1, no pooling: reward_head(h) is (B, T), one score per POSITION, and r0 - r1 "
+            "compares token t of one sequence with token t of the other. A sequence has one "
+            "reward: reward_head(h[b, last real index of row b])."
+        )
+        out += [
+            (-F.logsigmoid(per_token).mean(), no_pooling),
+            (-F.logsigmoid(-per_token).mean(), no_pooling + " (and bug 2 is still there)"),
+            ((-F.logsigmoid(per_token) * both).sum() / both.sum(), no_pooling),
+        ]
+    return out
+
+
+def _lm_term_variants(lm_head, h_c, ids, response):
+    """LM terms the classic mistakes compute, each with its hint."""
+    ce_same = F.cross_entropy(lm_head(h_c).transpose(1, 2), ids, reduction="none")  # (B, T)
+    ce_next = F.cross_entropy(lm_head(h_c[:, :-1]).transpose(1, 2), ids[:, 1:], reduction="none")
+    resp, nxt = response.float(), response[:, 1:].float()
+    pair_mean = lambda ce, w: ((ce * w).sum(-1) / w.sum(-1).clamp(min=1)).mean()
+    no_shift = (
+        "bug 3, no shift: CE(logits[:, t], ids[:, t]) asks position t to copy its own input "
+        "token, which a transformer learns at once and which teaches nothing. The state at t "
+        "predicts the token at t + 1: logits[:, :-1] against ids[:, 1:]."
+    )
+    real_after_prompt = torch.zeros_like(nxt)  # every next token, prompt included
+    for b in range(ids.size(0)):
+        real_after_prompt[b, : int(response[b].nonzero().max())] = 1
+    return [
+        ((ce_same * resp).sum() / resp.sum(), no_shift),
+        (pair_mean(ce_same, resp), no_shift),
+        (
+            (ce_next * nxt).sum() / nxt.sum(),
+            "the shift is right, but you averaged over all the response tokens of the batch: "
+            "then a long response weighs more, and micro-batches with fewer tokens count more "
+            "(gradient accumulation would no longer equal one big batch). Average over each "
+            "response's tokens, then over the pairs.",
+        ),
+        (
+            pair_mean(ce_next, real_after_prompt),
+            "the LM term is on the RESPONSE tokens only: the prompt is given, not generated, "
+            "so do not score its tokens (use response_mask[:, 1:] for the targets).",
+        ),
+        (
+            (ce_next * nxt).sum(-1).mean(),
+            "you summed over each response's tokens; take their mean, so a long response does "
+            "not outweigh a short one.",
+        ),
+    ]
+
+
+def check_lm_loss(mod):
+    fn = _function(mod, "lm_regularized_loss")
+    cases = []
+    for seed in SEEDS:  # lm_coef 0 first: the pairwise term alone
+        cases.append((f"right padding, lm_coef 0 (seed {seed})", _lm_inputs(seed), 0.0))
+    cases.append(("left padding, lm_coef 0", _lm_inputs(7, "left"), 0.0))
+    cases.append(
+        ("chosen and rejected of different lengths", _lm_inputs(8, same_length=False), 0.0)
+    )
+    for seed in SEEDS:
+        cases.append((f"right padding, lm_coef 1 (seed {seed})", _lm_inputs(seed), 1.0))
+    cases.append(("left padding, lm_coef 1", _lm_inputs(9, "left"), 1.0))
+    cases.append(("lm_coef 0.25", _lm_inputs(10), 0.25))
+    for what, inputs, coef in cases:
+        rm_want, lm_want = _lm_parts(*inputs)
+        want = rm_want + coef * lm_want
+        got = _tensor(_call(fn, *inputs, lm_coef=coef), "the loss")
+        if got.dim() != 0:
+            raise Fail(f"return one number (shape ()), got shape {tuple(got.shape)} ({what})")
+        if _close(got, want, atol=1e-4, rtol=1e-4):
+            states = inputs[2], inputs[3]
+            grads = _grads(got, *states)
+            g_want = torch.autograd.grad(want, states, allow_unused=True)
+            for a, b, h in zip(grads, g_want, states, strict=True):
+                a = torch.zeros_like(h) if a is None else a.cpu()
+                b = torch.zeros_like(h) if b is None else b
+                if not _close(a, b, atol=1e-4, rtol=1e-4):
+                    raise Fail(
+                        "your loss has the right value but the wrong gradient with respect to "
+                        f"the hidden states; did you detach part of it? ({what})"
+                    )
+            continue
+        hint = None
+        with torch.no_grad():
+            if coef == 0:
+                variants = _lm_rm_variants(inputs[0], *inputs[2:6])
+                variants.append((rm_want + lm_want, "multiply the LM term by lm_coef (here 0)."))
+                hint = next((h for v, h in variants if _close(got, v, 1e-4, 1e-4)), None)
+                hint = hint or (
+                    "with lm_coef 0 the loss is the pairwise term alone: mean of "
+                    "-log sigmoid(r_c - r_r), each reward read at its row's last real token."
+                )
+            else:
+                got_lm = (got - rm_want) / coef
+                if _close(got, rm_want + lm_want, 1e-4, 1e-4):
+                    hint = f"multiply the LM term by lm_coef (here {coef})."
+                if hint is None:
+                    variants = _lm_term_variants(inputs[1], inputs[2], inputs[6], inputs[7])
+                    hint = next((h for v, h in variants if _close(got_lm, v, 1e-4, 1e-4)), None)
+                hint = hint or (
+                    f"the pairwise term passed with lm_coef 0; the LM term should be "
+                    f"{lm_want.item():.5f}, yours is {got_lm.item():.5f}: the mean over pairs "
+                    "of the mean cross-entropy of each response token given the states before it."
+                )
+        raise Fail(
+            f"{hint}\n  case: {what}\n  chosen_mask   {_show(inputs[4])}\n  rejected_mask "
+            f"{_show(inputs[5])}\n  response_mask {_show(inputs[7])}\n  expected "
+            f"{want.item():.6f}, got {got.item():.6f}"
+        )
+    return len(cases)
+
+
+# ----------------------------------------------------------------------------- ex8: accumulation
+class FakeDDP(torch.nn.Module):
+    """Stands for DistributedDataParallel in one process: no_sync() as DDP's, and a record of
+    each call's sync decision (DDP reads require_backward_grad_sync when it is called, and
+    then all-reduces in that call's backward)."""
+
+    def __init__(self, module):
+        super().__init__()
+        self.module = module
+        self.require_backward_grad_sync = True
+        self.synced = []  # one entry per call: would its backward all-reduce?
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        old = self.require_backward_grad_sync
+        self.require_backward_grad_sync = False
+        try:
+            yield
+        finally:
+            self.require_backward_grad_sync = old
+
+    def forward(self, *args):
+        self.synced.append(self.require_backward_grad_sync and torch.is_grad_enabled())
+        return self.module(*args)
+
+
+def _accum_case(seed, k):
+    g = torch.Generator().manual_seed(200 + seed)
+    net = torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.Tanh(), torch.nn.Linear(5, 1))
+    with torch.no_grad():
+        for p in net.parameters():
+            p.copy_(torch.randn(p.shape, generator=g))
+    m = 1 + seed % 3  # pairs per micro-batch
+    x, y = torch.randn(k * m, 3, generator=g), torch.randn(k * m, 1, generator=g)
+    return net, [(x[i * m : (i + 1) * m], y[i * m : (i + 1) * m]) for i in range(k)], (x, y)
+
+
+def _mse(model, batch):
+    x, y = batch
+    return (model(x) - y).pow(2).mean()
+
+
+def _grads_of(net, batches, scale=1.0):
+    """Summed gradients of scale * mean loss over each batch, on a copy of net."""
+    net = copy.deepcopy(net)
+    for b in batches:
+        (scale * _mse(net, b)).backward()
+    return [p.grad.clone() for p in net.parameters()]
+
+
+def check_grad_accum(mod):
+    fn = _function(mod, "accumulate")
+    n = 0
+    for seed in SEEDS:
+        for k in (1, 2, 4) if seed % 2 else (3,):
+            n += 1
+            net, micro, big = _accum_case(seed, k)
+            ddp = FakeDDP(copy.deepcopy(net).to(DEVICE))
+            on_device = [tuple(t.to(DEVICE) for t in b) for b in micro]
+            what = f"k = {k} micro-batches of {len(micro[0][0])} (seed {seed})"
+            try:
+                fn(ddp, on_device, _mse)  # the gradients are what it gives
+            except (NotImplementedError, Fail):
+                raise
+            except Exception as e:
+                raise Raised(f"your function raised {type(e).__name__}: {e}\n  case: {what}") from e
+            if len(ddp.synced) != k:
+                raise Fail(
+                    f"call the model once per micro-batch, through loss_fn(model, batch): {k} "
+                    f"micro-batches, {len(ddp.synced)} calls of the wrapped model ({what}). "
+                    "(model.module(...) would bypass DDP, and its gradients would never sync.)"
+                )
+            got = [
+                torch.zeros_like(p) if p.grad is None else p.grad.detach().cpu()
+                for p in ddp.module.parameters()
+            ]
+            want = _grads_of(net, [big])
+            same = lambda a, got=got: all(
+                _close(x, y, atol=1e-5, rtol=1e-4) for x, y in zip(got, a, strict=True)
+            )
+            if not same(want):
+                variants = [
+                    (
+                        _grads_of(net, micro),
+                        "you did not scale the losses: the k gradients add up, so the sum is k "
+                        "times the big batch's. Divide each micro-step's loss by k before its "
+                        "backward (each loss is a mean over its micro-batch).",
+                    ),
+                    (
+                        _grads_of(net, micro, 1 / k**2),
+                        "you divided by k twice (once in the loss and once more): divide each "
+                        "micro-step's loss by k, once.",
+                    ),
+                    (
+                        _grads_of(net, micro[-1:], 1 / k),
+                        "only the last micro-batch's gradient is left: did you zero the "
+                        "gradients (zero_grad) inside the loop? They must add up over the k "
+                        "micro-steps; the caller zeroes them before and steps after.",
+                    ),
+                    (
+                        _grads_of(net, micro[-1:]),
+                        "only the last micro-batch's gradient is left, unscaled: the gradients "
+                        "must add up over the micro-steps (no zero_grad in the loop), each loss "
+                        "divided by k.",
+                    ),
+                ]
+                hint = next((h for v, h in variants if same(v)), None) or (
+                    "the accumulated gradients differ from the big batch's: sum the gradients "
+                    "of loss / k over the k micro-batches."
+                )
+                diff = max((a - b).abs().max().item() for a, b in zip(got, want, strict=True))
+                raise Fail(f"{hint}\n  case: {what}; largest difference {diff:.3g}")
+            pattern = [False] * (k - 1) + [True]
+            if ddp.synced == pattern:
+                continue
+            shown = ", ".join("sync" if s else "no_sync" for s in ddp.synced)
+            if all(ddp.synced):
+                hint = (
+                    "the gradients are right, but every micro-step all-reduces: k all-reduces "
+                    "where one would do. Run all but the last micro-step inside model.no_sync()."
+                )
+            elif not ddp.synced[-1]:
+                hint = (
+                    "the last micro-step must sync (outside no_sync): otherwise the gradients "
+                    "are never averaged over the processes, and each process steps with its own "
+                    "(the replicas drift apart)."
+                )
+            else:
+                hint = (
+                    "no_sync on every micro-step but the last: the all-reduce of the last one "
+                    "averages the whole sum, so a sync before it is wasted communication."
+                )
+            raise Fail(f"{hint}\n  case: {what}\n  your micro-steps: {shown}")
+    return n
+
+
+# ----------------------------------------------------------------------------- ex9: GSM8K reward
+# (what it tests, response, reference, the hint when the student's reward differs)
+_FIRST_BOX = "take the LAST box: a response may box a first try and then correct it."
+_BOX_FIRST = (
+    "a \\boxed{} answer comes first, whatever follows it: the box is the response's own "
+    "final mark, '####' and 'the answer is' are read only when there is no box."
+)
+_HASH_FIRST = "'####' (GSM8K's own mark) comes before 'the answer is' when both are there."
+_COMMAS = "commas separate thousands: '1,000' is 1000 (remove them before comparing)."
+_DOLLARS = "drop a currency sign: '$18' and LaTeX's '\\$18' state 18."
+_NUMERIC = "compare numbers, not strings: '18.00' is 18, and '18.' ends a sentence."
+_ANSWER_IS = (
+    "read what follows the last 'answer is' up to the end of its sentence, and compare it as a "
+    "number: '18.' there ends the sentence, it is 18."
+)
+_NONE = "with no final answer (no box, no '####', no 'answer is') the reward is 0.0."
+_LAST_NUMBER = (
+    "the last number of the text is not the answer: read what follows the answer mark "
+    "(box, '####', 'answer is')."
+)
+_GSM8K_EDGE = [
+    ("'####'", "She pays 3 * 6 = 18 dollars.\n#### 18", "18", "read the line after '####'."),
+    ("a box", r"So she pays $3 \times 6 = 18$ in all: \boxed{18}.", "18", "read the box."),
+    ("'the answer is'", "3 * 6 = 18, so the answer is 18.", "18", _ANSWER_IS),
+    ("'The answer is'", "The answer is 18.", "18", "'The answer is' counts too: " + _ANSWER_IS),
+    ("'answer is:'", "So, the answer is: 18", "18", "drop a colon after 'answer is'."),
+    ("a wrong answer", "#### 17", "18", "17 is not 18: the reward is 0.0."),
+    ("a wrong sign", "#### -3", "3", "-3 is not 3."),
+    ("a negative answer", "It falls 3 degrees.\n#### -3", "-3", "keep the minus sign."),
+    ("not an integer", "#### 18.5", "18", "18.5 is not 18."),
+    ("no answer", "I am not sure how to solve this.", "18", _NONE),
+    ("two boxes", r"First \boxed{12}. No, wait: \boxed{18}.", "18", _FIRST_BOX),
+    ("two boxes, the first right", r"\boxed{18}? No: \boxed{12}.", "18", _FIRST_BOX),
+    ("a box after '####'", "#### 12\nActually, \\boxed{18}", "18", _BOX_FIRST),
+    ("a box before '####'", "\\boxed{18}\n#### 12", "18", _BOX_FIRST),
+    ("'####' then 'answer is'", "#### 18\nSo the answer is 12.", "18", _HASH_FIRST),
+    ("'answer is' then '####'", "The answer is 12.\n#### 18", "18", _HASH_FIRST),
+    ("two '####'", "#### 12\n#### 18", "18", "read the LAST '####'."),
+    (
+        "two 'answer is'",
+        "The answer is 12. No, the answer is 18.",
+        "18",
+        "read the LAST 'answer is'.",
+    ),
+    ("numbers after the answer", "The answer is 18. We used 3 and 6.", "18", _LAST_NUMBER),
+    ("numbers after the box", "\\boxed{18} (3 times 6)", "18", _LAST_NUMBER),
+    ("thousands", "#### 1,000", "1000", _COMMAS),
+    ("thousands in the reference", "#### 1000", "1,000", _COMMAS),
+    ("thousands in a box", r"\boxed{12,500}", "12500", _COMMAS),
+    ("a dollar sign", "The answer is $18.", "18", _DOLLARS),
+    ("a LaTeX dollar", r"\boxed{\$1,250}", "1250", _DOLLARS),
+    ("trailing zeros", "#### 18.00", "18", _NUMERIC),
+    ("a period", "#### 18.", "18", _NUMERIC),
+    ("a decimal answer", "The answer is 0.5.", "0.5", _NUMERIC),
+]
+
+
+def _gsm8k_texts():
+    yield from _GSM8K_EDGE
+    for seed in SEEDS:
+        rng = random.Random(seed)
+        for _ in range(8):
+            a, b = rng.randint(2, 40), rng.randint(2, 400)
+            gold = a * b
+            said = rng.choice([gold, gold, gold + rng.choice([-1, 1, 10]), a])
+            shown = f"{said:,}" if rng.random() < 0.4 else str(said)
+            shown = rng.choice(["", "", "$"]) + shown + rng.choice(["", "", ".00"])
+            body = f"Each box holds {b} and there are {a} boxes, so {a} * {b} = {a * b}."
+            end = rng.choice(
+                [f"\n#### {shown}", f" The answer is {shown}.", f" \\boxed{{{shown}}}"]
+            )
+            reference = f"{gold:,}" if rng.random() < 0.3 else str(gold)
+            yield f"random response (seed {seed})", body + end, reference, None
+
+
+def check_gsm8k_reward(mod):
+    fn = _function(mod, "gsm8k_reward")
+    n = 0
+    for what, response, reference, hint in _gsm8k_texts():
+        n += 1
+        want = verifiable.gsm8k_reward(response, reference)
+        got = _call(fn, response, reference)
+        if isinstance(got, bool) or not isinstance(got, (int, float)):
+            raise Fail(f"return a float, 1.0 or 0.0, got {got!r} ({what})")
+        if got == want:
+            continue
+        hint = hint or (
+            "the final answer is the last box, else the line after the last '####', else "
+            "what follows the last 'answer is'; compare it with the reference as a number."
+        )
+        raise Fail(
+            f"{hint}\n  case: {what}\n  response:  {response!r}\n  reference: {reference!r}\n"
+            f"  expected {want}, got {got}"
+        )
+    return n
+
+
 # ----------------------------------------------------------------------------- the registry
 # name -> (function the student writes, the check). The file is exercises/<name>.py.
 EXERCISES = {
@@ -620,6 +1035,9 @@ EXERCISES = {
     "ex4_gae": ("gae", check_gae),
     "ex5_boxed": ("extract_boxed", check_boxed),
     "ex6_value_loss": ("value_loss", check_value_loss),
+    "ex7_lm_loss": ("lm_regularized_loss", check_lm_loss),
+    "ex8_grad_accum": ("accumulate", check_grad_accum),
+    "ex9_gsm8k_reward": ("gsm8k_reward", check_gsm8k_reward),
 }
 
 
@@ -674,6 +1092,14 @@ def _uses_the_answer(module, name):
     return None
 
 
+# what a passing solution was compared with, where it is not nanoRM's function of its name
+REFERENCE = {
+    "ex2_logsig": 'reward.pairwise_loss("logsig")',
+    "ex7_lm_loss": "reward.py's score_last_token, pairwise_loss and response_lm_loss",
+    "ex8_grad_accum": "one big batch's gradients",
+}
+
+
 def check(module, name):
     """(passed, message) for one exercise; module holds the student's function."""
     name = resolve(name)
@@ -689,7 +1115,8 @@ def check(module, name):
         return False, str(e)
     except Exception as e:  # the student's code raised: say what and where
         return False, f"your function raised {type(e).__name__}: {e}"
-    return True, f"PASS ({n} checks against nanoRM's {EXERCISES[name][0]})"
+    against = REFERENCE.get(name, f"nanoRM's {EXERCISES[name][0]}")
+    return True, f"PASS ({n} checks against {against})"
 
 
 def main(argv=None):
