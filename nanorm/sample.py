@@ -28,7 +28,7 @@ from nanorm.ckpt import checkpoint_tokenizer, load_backbone
 from nanorm.cli import is_torch_file, load_torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-STORIES = os.path.join(HERE, "..", "shared", "data", "llama2c", "stories260K")
+STORIES = os.path.join(HERE, "..", "..", "shared", "data", "llama2c", "stories260K")
 
 
 def main(argv=None):

@@ -73,3 +73,34 @@ def pair_batch():
     for i, (p, c) in enumerate(zip(PROMPTS, CHOSEN, strict=True)):
         response[i, len(p) : len(p) + len(c)] = 1
     return chosen, cmask, rejected, rmask, response
+
+
+def stories_arith(out_dir, n_train, n_val):
+    """Arithmetic pairs (data/arith's) tokenized with stories260K's own vocabulary, tok512.bin,
+    prepared by data/prepare.py into out_dir: data that --init stories260K.bin accepts (the
+    built-in data has a vocabulary of its own, which a checkpoint of 512 rows refuses)."""
+    import json
+    import random
+
+    from data.arith.prepare import make_pair
+    from data.prepare import main as prepare
+
+    tok = shared_path("llama2c", "stories260K", "tok512.bin")
+    rng = random.Random(0)
+    src = Path(out_dir) / "pairs.jsonl"
+    src.parent.mkdir(parents=True, exist_ok=True)
+    rows = [make_pair(rng, 9) for _ in range(n_train + n_val)]
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    prepare(
+        [
+            "--src",
+            str(src),
+            "--out_dir",
+            str(Path(out_dir) / "data"),
+            "--tokenizer",
+            str(tok),
+            "--val_frac",
+            str(n_val / (n_train + n_val)),
+        ]
+    )
+    return str(Path(out_dir) / "data")

@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from conftest import shared_path
+from conftest import shared_path, stories_arith
 
 import train_rm
 from data.arith.prepare import main as prepare_arith
@@ -63,6 +63,7 @@ def test_train_rm_inits_from_every_format(arith, tmp_path, fmt):
     if fmt == "llama2c-bin":
         init = shared_path("llama2c", "stories260K", "stories260K.bin")  # a real checkpoint
         base = load_transformer(init)
+        data = stories_arith(tmp_path / "tok512", 64, 16)  # in its own vocabulary
     else:
         init, base = write(fmt, tmp_path / fmt, vocab)
     argv = ["--dataset", data, "--out_dir", tmp_path / "out", "--init", init, "--lm_coef", 0]
