@@ -1,0 +1,174 @@
+"""
+fp32 against bf16 on this machine's CPU: what `--dtype auto` decides, and what it buys.
+
+    python bench/bench_dtype.py                        # all three, a markdown table on stdout
+    nice -n 10 python bench/bench_dtype.py --out section.md --repeats 5
+    python bench/bench_dtype.py --skip_train           # matmul and the frozen layers only
+
+Three measurements, each fp32 and bf16 interleaved (fp32, bf16, fp32, bf16, ...) and repeated, the
+median kept, so that another job sharing the CPU slows both alike; the ratio within a run is the
+figure to trust, the absolute rates move with the load:
+  1. a square matmul's GFLOP/s, fp32 tensors against bf16 tensors;
+  2. SmolLM2-135M-Instruct's forward (`hidden_states`, all 30 layers, no gradient) in rows of
+     --seq tokens per second, fp32 against bf16 autocast: the frozen layers' cache build;
+  3. train_rm.py on SmolLM2, the top 2 layers trained, no cache, packed pairs of one HH subset:
+     training tokens per second of `--dtype float32` against `--dtype bfloat16`.
+The CPU is named (lscpu's model name, and the bf16 flags it has) with torch's version and threads.
+Reads ../shared/data/smollm2/*.gguf and ../shared/data/hh-rlhf/helpful-base (prepared once into
+--work); says so and skips a part whose files are absent.
+"""
+
+import argparse
+import glob
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import nullcontext
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from nanorm.runtime import BF16_CPU_FLAGS, auto_dtype, cpu_flags  # noqa: E402
+
+SHARED = os.path.join(os.path.dirname(ROOT), "shared", "data")
+
+
+def cpu_name():
+    """lscpu's model name (the kernel's where lscpu is absent)."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        for line in out.splitlines():
+            if line.startswith("Model name:"):
+                return line.split(":", 1)[1].strip()
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    with open("/proc/cpuinfo") as f:
+        return next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "?")
+
+
+def interleaved(fns, repeats):
+    """Median seconds of each fn, timed in turns (a, b, a, b, ...) after one untimed call each."""
+    for fn in fns:
+        fn()
+    times = [[] for _ in fns]
+    for _ in range(repeats):
+        for t, fn in zip(times, fns, strict=True):
+            t0 = time.perf_counter()
+            fn()
+            t.append(time.perf_counter() - t0)
+    return [statistics.median(t) for t in times]
+
+
+def bench_matmul(n, repeats):
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a16, b16 = a.bfloat16(), b.bfloat16()
+    t32, t16 = interleaved([lambda: a @ b, lambda: a16 @ b16], repeats)
+    return 2 * n**3 / t32 / 1e9, 2 * n**3 / t16 / 1e9
+
+
+def bench_forward(gguf, rows, seq, repeats):
+    from nanorm.checkpoints import load_transformer
+
+    model = load_transformer(gguf).eval()
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, model.config.vocab_size, (rows, seq), generator=g)
+
+    def run(ctx):
+        with torch.no_grad(), ctx:
+            return model.hidden_states(tokens)
+
+    bf16 = torch.autocast("cpu", dtype=torch.bfloat16)
+    t32, t16 = interleaved([lambda: run(nullcontext()), lambda: run(bf16)], repeats)
+    with torch.no_grad():
+        h32, h16 = run(nullcontext()).float(), run(bf16).float()
+    rel = ((h16 - h32).norm() / h32.norm()).item()  # how far bf16's states are from fp32's
+    return rows / t32, rows / t16, rel
+
+
+def prepare_subset(gguf, work):
+    d = os.path.join(work, "hb")
+    if not os.path.exists(os.path.join(d, "meta.json")):
+        src = os.path.join(SHARED, "hh-rlhf", "helpful-base", "test.jsonl.gz")
+        cmd = [sys.executable, os.path.join(ROOT, "data", "hh_rlhf", "prepare.py"), "--src", src]
+        cmd += ["--tokenizer", gguf, "--max_len", "288", "--max_train", "64", "--out_dir", d]
+        subprocess.run(cmd, check=True, capture_output=True)
+    return d
+
+
+def train_tok_s(gguf, data, dtype, steps, work):
+    """Training tokens/s over the second half of a short train_rm.py run (the first half warms
+    up), from its log; a fresh process each time, as a user runs it."""
+    out = os.path.join(work, f"run-{dtype}")
+    cmd = [sys.executable, os.path.join(ROOT, "train_rm.py"), "--init", gguf, "--dataset", data]
+    cmd += ["--out_dir", out, "--overwrite", "--dtype", dtype, "--lm_coef", "0", "--pack"]
+    cmd += ["--train_layers", "2", "--cache", "false", "--batch_size", "4"]
+    cmd += ["--max_iters", str(2 * steps), "--log_interval", str(steps), "--warmup", "0"]
+    cmd += ["--eval_first", "false", "--eval_pairs", "4", "--calibrate_length", "false"]
+    subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT)
+    with open(os.path.join(out, "log.jsonl")) as f:
+        rows = [json.loads(r) for r in f]
+    return [r["tok_per_s"] for r in rows if r["split"] == "train"][-1]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--repeats", type=int, default=5, help="timed turns of each dtype")
+    p.add_argument("--n", type=int, default=1024, help="matmul size (n x n times n x n)")
+    p.add_argument("--rows", type=int, default=4, help="rows per forward")
+    p.add_argument("--seq", type=int, default=288, help="tokens per row")
+    p.add_argument("--steps", type=int, default=4, help="timed train_rm steps per run")
+    p.add_argument("--train_repeats", type=int, default=2, help="train_rm runs of each dtype")
+    p.add_argument("--skip_train", action="store_true")
+    p.add_argument("--work", default=None, help="where the prepared pairs and runs go (a temp dir)")
+    p.add_argument("--out", default=None, help="also write the markdown here")
+    args = p.parse_args()
+    work = args.work or tempfile.mkdtemp(prefix="bench_dtype_")
+
+    flags = sorted(BF16_CPU_FLAGS & cpu_flags()) or ["none of " + ", ".join(sorted(BF16_CPU_FLAGS))]
+    head = (
+        f"CPU: {cpu_name()} (bf16 flags: {', '.join(flags)}; torch capability "
+        f"{torch.backends.cpu.get_cpu_capability()}), torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads; `--dtype auto` picks {auto_dtype('cpu')} here."
+    )
+    print(head, flush=True)
+    lines = ["| measurement | fp32 | bf16 | bf16 / fp32 |", "|---|---|---|---|"]
+
+    def row(name, a, b, unit):
+        lines.append(f"| {name} | {a:.3g} {unit} | {b:.3g} {unit} | {b / a:.2f}x |")
+        print(lines[-1], flush=True)
+
+    g32, g16 = bench_matmul(args.n, args.repeats)
+    row(f"matmul {args.n}x{args.n}", g32, g16, "GFLOP/s")
+    gguf = sorted(glob.glob(os.path.join(SHARED, "smollm2", "*.gguf")))
+    if not gguf:
+        print(f"no SmolLM2 .gguf under {SHARED}/smollm2: the model parts are skipped")
+    else:
+        r32, r16, rel = bench_forward(gguf[0], args.rows, args.seq, args.repeats)
+        row(f"SmolLM2-135M forward, rows of {args.seq} tokens (30 layers)", r32, r16, "rows/s")
+        print(f"bf16 autocast's final states differ from fp32's by {rel:.2%} (relative norm)")
+        have_hh = os.path.exists(os.path.join(SHARED, "hh-rlhf", "helpful-base"))
+        if args.skip_train or not have_hh:
+            print("train_rm.py part skipped" + ("" if have_hh else ": no HH-RLHF data"))
+        else:
+            data = prepare_subset(gguf[0], work)
+            tok = {"float32": [], "bfloat16": []}
+            for _ in range(args.train_repeats):  # interleaved, a fresh process each
+                for dtype in tok:
+                    tok[dtype].append(train_tok_s(gguf[0], data, dtype, args.steps, work))
+            t32, t16 = (statistics.median(tok[d]) for d in tok)
+            name = "train_rm.py, top 2 layers, no cache, 4 packed pairs/step"
+            row(name, t32, t16, "tokens/s")
+    text = head + "\n\n" + "\n".join(lines) + "\n"
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()
