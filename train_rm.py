@@ -100,7 +100,11 @@ class TrainConfig:
     grad_clip: float = opt(1.0, "clip the global gradient norm to this (0: off)", NON_NEGATIVE)
     seed: int = opt(1337, "seeds the initial weights and the data order")
     device: str = opt("auto", "auto, cpu, cuda, cuda:1, mps (checked by cli.check_device)")
-    dtype: str = opt("auto", "auto: bf16 on CUDA, else fp32", one_of("auto", "float32", "bfloat16"))
+    dtype: str = opt(
+        "auto",
+        "auto: bf16 where the hardware multiplies it natively (CUDA, AVX512-BF16/AMX CPUs)",
+        one_of("auto", "float32", "bfloat16"),
+    )
     compile: bool = opt(False, "torch.compile the training step (faster on GPU, slow to start)")
     pack: bool = opt(False, "shared-prompt packing: [prompt|chosen|rejected] in one row (plain RM)")
     bucket: bool = opt(False, "length-bucketed batches: less padding, a less random order")

@@ -216,18 +216,24 @@ class Speedometer:
 
 
 def plot_log(out_dir):
-    """curves.png: loss and accuracy over the steps of log.jsonl (eval_rm draws the rest).
-    matplotlib's object API: no pyplot and no backend switch, so a notebook that calls main()
-    keeps showing its own figures."""
+    """curves.png: over the steps of log.jsonl, the pairwise loss, accuracy and margin (training
+    rows are means over each log interval, evaluation rows the held-out pairs), and the LM term
+    when the model has one (eval_rm draws the rest). matplotlib's object API: no pyplot and no
+    backend switch, so a notebook that calls main() keeps showing its own figures."""
     with open(os.path.join(out_dir, "log.jsonl")) as f:
         rows = [json.loads(line) for line in f]
-    fig = Figure(figsize=(10, 3.5))
-    for ax, key in zip(fig.subplots(1, 2), ("loss", "acc"), strict=True):
-        for split, style in (("train", "-"), ("eval", "o-")):
-            pts = [(r["step"], r[key]) for r in rows if r["split"] == split]
+    keys = ["loss", "acc", "margin"] + (["lm_loss"] if any("lm_loss" in r for r in rows) else [])
+    fig = Figure(figsize=(3.4 * len(keys), 3.5))
+    for ax, key in zip(fig.subplots(1, len(keys)), keys, strict=True):
+        for split, style, label in (
+            ("train", "-", "train (interval mean)"),
+            ("eval", "o-", "eval"),
+        ):
+            pts = [(r["step"], r[key]) for r in rows if r["split"] == split and key in r]
             if pts:
-                ax.plot(*zip(*pts, strict=True), style, label=split, alpha=0.8)
+                ax.plot(*zip(*pts, strict=True), style, label=label, alpha=0.8)
         ax.set_xlabel("step"), ax.set_title(key), ax.legend(), ax.grid(alpha=0.3)
+    fig.tight_layout()
     save(fig, out_dir, "curves.png")
 
 

@@ -36,6 +36,8 @@ def trained(arith, tmp_path_factory):
     out = str(tmp_path_factory.mktemp("run"))
     train_rm.main(
         [
+            "--dtype",  # eval_rm.py scores in fp32: the same rewards to the last digit
+            "float32",
             "--dataset",
             arith,
             "--out_dir",

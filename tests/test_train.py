@@ -27,7 +27,9 @@ def arith(tmp_path_factory):
 
 
 def run(arith, out, *args):
+    # fp32: the exactness checks compare runs to 1e-6 (--dtype auto is bf16 on a CPU with bf16)
     argv = ["--dataset", arith, "--out_dir", str(out), "--eval_pairs", "64", "--log_interval", "1"]
+    argv += ["--dtype", "float32"]
     return train_rm.main(argv + [str(a) for a in args])
 
 
