@@ -19,6 +19,7 @@ NOTEBOOKS = [
     "03_verifiable_rewards.ipynb",
     "04_critic.ipynb",
     "05_evaluation.ipynb",
+    "06_rlhf_and_scale.ipynb",
 ]
 MAX_KB = 300  # stored size: pictures at 72 dpi, no embedded data
 BUDGET_S = 180  # each notebook, top to bottom, on a CPU
