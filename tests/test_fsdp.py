@@ -33,7 +33,7 @@ def torchrun(arith, out, *args):
     """train_rm.py --fsdp on 2 CPU processes; returns its stdout."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
     cmd += [str(ROOT / "train_rm.py"), "--fsdp", "--device", "cpu", "--dataset", arith]
-    cmd += ["--out_dir", str(out), "--log_interval", "1"]
+    cmd += ["--out_dir", str(out), "--log_interval", "1", "--dtype", "float32"]  # as run()'s
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     p = subprocess.run(cmd + [str(a) for a in args], env=env, capture_output=True, text=True)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]

@@ -84,7 +84,7 @@ def test_plain_reward_model_trains(arith, tmp_path):
 
 def test_ddp_two_processes_equal_one(arith, tmp_path):
     common = ["--dataset", arith, "--max_iters", "4", "--eval_pairs", "64", "--device", "cpu"]
-    common += ["--log_interval", "1", "--lm_coef", "0"]
+    common += ["--log_interval", "1", "--lm_coef", "0", "--dtype", "float32"]  # as run()'s
     common += [str(a) for a in EXACT]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     ddp = [
