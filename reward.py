@@ -164,7 +164,8 @@ def chunked_cross_entropy(lm_head, h, labels, chunk):
 # ----------------------------------------------------------------------------- the models
 class ScalarHeadModel(nn.Module):
     """A LLaMA backbone with a Linear(dim, 1) `head`: the reward models here and critic.Critic.
-    It owns construction, saving and loading; a subclass says where the head reads (forward)."""
+    It owns construction; a subclass says where the head reads (forward). nanorm/ckpt.py saves
+    and loads them (save_checkpoint, load_model, load_reward_model)."""
 
     head_bias = True
 
@@ -177,7 +178,7 @@ class ScalarHeadModel(nn.Module):
         if (backbone is None) == (pretrained is None):
             raise TypeError(f"{type(self).__name__}(backbone) or (pretrained=path), one of them")
         if pretrained is not None:
-            from nanorm.ckpt import pretrained_parts  # checkpoint formats: read when a file is
+            from nanorm.checkpoints import pretrained_parts  # formats: read when a file is
 
             backbone, score = pretrained_parts(type(self), pretrained)
         self.backbone = backbone
@@ -205,22 +206,10 @@ class ScalarHeadModel(nn.Module):
     @classmethod
     def from_backbone_checkpoint(cls, path):
         """The backbone from any checkpoint nanorm/checkpoints.py reads (llama2.c, Meta, HF,
-        GGUF), a new head (or an HF sequence classifier's `score`): nanorm/ckpt.py's."""
-        from nanorm.ckpt import from_pretrained  # checkpoint formats: read when a file is
+        GGUF), a new head (or an HF sequence classifier's `score`)."""
+        from nanorm.checkpoints import from_pretrained  # checkpoint formats: read when a file is
 
         return from_pretrained(cls, path)
-
-    def save(self, path):
-        from nanorm.ckpt import save_checkpoint  # ckpt.pt: written when a file is
-
-        save_checkpoint(path, self)
-
-    @classmethod
-    def load(cls, path):
-        """The model a ckpt.pt of this class holds (nanorm/ckpt.py's load_model)."""
-        from nanorm.ckpt import load_model  # ckpt.pt: read when a file is
-
-        return load_model(cls, path)
 
 
 class RewardModel(ScalarHeadModel):

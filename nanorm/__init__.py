@@ -2,9 +2,10 @@
 nanorm: what the concept files at the top (model.py, reward.py, critic.py, verifiable.py,
 train_rm.py, eval_rm.py, data/) lean on, one concept per file. A first reading can skip it all.
 
-    ckpt.py          our ckpt.pt: what it holds, atomic save, checked load, --resume; loading a
-                     reward model, critic or backbone from any checkpoint
-    checkpoints.py   foreign checkpoints (llama2.c .bin/.pt, Meta, Hugging Face, .gguf) -> a LLaMA
+    ckpt.py          our ckpt.pt: what it holds, atomic save, --resume, the tokenizer it carries;
+                     the reward model or backbone a checkpoint holds
+    checkpoints.py   every checkpoint read (llama2.c .bin/.pt, Meta, HF, .gguf, ours) -> a LLaMA
+                     and its heads: what RewardModel(pretrained=path) reads
     gguf_reader.py   llama.cpp's GGUF format: metadata, tensors, dequantization
     export_hf.py     a trained reward model as an HF LlamaForSequenceClassification directory
     score.py         score a response, or export (python -m nanorm.score)

@@ -14,6 +14,11 @@ Formats, recognised by their shape on disk:
     HF directory     config.json + *.safetensors or pytorch_model*.bin (LlamaForCausalLM, or
                      LlamaForSequenceClassification: its head comes back as "score.weight")
     .gguf            llama.cpp's file, read by gguf_reader.py
+    ckpt.pt          nanoRM's own (nanorm/ckpt.py writes it): kind, config, state dict, heads
+
+Its last section reads our ckpt.pt and gives the parts a backbone-with-a-head model is built
+from, whatever the file (pretrained_parts: what RewardModel(pretrained=path) reads). The model
+classes are passed in, never imported, so reward.py can reach this file when it reads one.
 
 A reader knows nothing of model.py: it renames, un-permutes and converts tensors, and the model
 builder (transformer_from_state_dict) checks that names and shapes fit the config. Nothing is
@@ -28,13 +33,14 @@ configs with biases or a head_dim that is not hidden_size / num_heads (not LLaMA
 import json
 import math
 import os
+import re
 import struct
 
 import torch
 
+from data import UsageError
 from model import ModelConfig, Transformer, rope_frequencies
-from nanorm.cli import load_torch
-from nanorm.gguf_reader import load_gguf_checkpoint
+from nanorm.cli import is_torch_file, load_torch
 
 
 def load_transformer(path):
@@ -84,6 +90,8 @@ def read_checkpoint(path):
             f"{path}: neither params.json (Meta) nor config.json (Hugging Face) in this directory"
         )
     if path.endswith(".gguf"):
+        from nanorm.gguf_reader import load_gguf_checkpoint  # the GGUF format, for its file
+
         return load_gguf_checkpoint(path)
     return read_llama2c(path)
 
@@ -354,3 +362,115 @@ def _unpermute(w, n_heads, head_dim):
     # (n_heads * head_dim, dim): per head, rows are [x_0, x_2, ..., x_1, x_3, ...] in HF;
     # view as (heads, 2, head_dim/2) and swap the last two axes to interleave again
     return w.view(n_heads, 2, head_dim // 2, -1).transpose(1, 2).reshape(n_heads * head_dim, -1)
+
+
+# ----------------------------------------------------------------------------- ours
+# nanoRM's own ckpt.pt, read (nanorm/ckpt.py writes it), and the parts a backbone-with-a-head
+# model (reward.py's, critic.py's) is built from, whatever the file: what cls(pretrained=path)
+# reads. The classes are passed in: this file imports none of them.
+MODEL_KEYS = {"kind", "config", "model"}
+HEAD_NAME = re.compile(r"^(value_|reward_)?head\.")  # a scoring head, under its older names too
+
+
+def is_ours(path):
+    """Whether path is a checkpoint this module wrote (a llama2.c .pt is a torch file too)."""
+    if not is_torch_file(path):
+        return False
+    try:
+        ckpt = load_torch(path, map_location="cpu", mmap=True)
+    except UsageError:
+        return True  # a damaged zip archive: load_checkpoint says how it is damaged
+    return isinstance(ckpt, dict) and (MODEL_KEYS <= ckpt.keys() or older_layout(ckpt))
+
+
+def older_layout(ckpt):  # older checkpoints kept kind/config/model under "model"
+    return isinstance(ckpt.get("model"), dict) and MODEL_KEYS <= ckpt["model"].keys()
+
+
+def load_checkpoint(path, map_location="cpu"):
+    """The checkpoint's dict, with kind/config/model at its top level. A missing, truncated or
+    corrupt file, or a torch file that is not ours, is one UsageError naming the file."""
+    ckpt = load_torch(path, map_location=map_location, mmap=True)  # missing, corrupt: one line
+    if isinstance(ckpt, dict) and older_layout(ckpt):
+        ckpt = {**ckpt, **ckpt["model"]}
+    if not isinstance(ckpt, dict) or not MODEL_KEYS <= ckpt.keys():
+        found = sorted(ckpt) if isinstance(ckpt, dict) else type(ckpt).__name__
+        raise UsageError(
+            f"{path} is not a nanoRM checkpoint (it needs kind/config/model, has {found}): "
+            "give a ckpt.pt that train_rm.py wrote, or a backbone (.bin, .gguf, HF dir)"
+        )
+    return ckpt
+
+
+def from_pretrained(cls, path):
+    """A cls (reward.py's or critic.py's, a backbone with a head) around the backbone of any
+    checkpoint checkpoints.py reads (llama2.c, Meta, HF, GGUF); the head is new, unless the
+    file is an HF sequence classifier whose `score.weight` comes in the same read: then it is
+    the head's weight."""
+    backbone, heads = _foreign_parts(path)
+    model = cls(backbone)
+    with torch.no_grad():
+        for name, value in heads.items():
+            model.get_parameter(name).copy_(value)
+    return model.eval()
+
+
+def _foreign_parts(path):
+    """(the backbone, {"head.weight": an HF classifier's score} or {}) of a foreign checkpoint."""
+    config, sd = read_checkpoint(path)
+    score = sd.pop("score.weight", None)
+    backbone = transformer_from_state_dict(ModelConfig(**config), sd, path)
+    if score is None:
+        return backbone, {}
+    if tuple(score.shape) != (1, backbone.config.dim):
+        raise ValueError(f"{path}: score.weight {tuple(score.shape)} is not (1, dim)")
+    return backbone, {"head.weight": score}  # HF's score has no bias: ours stays 0
+
+
+def pretrained_parts(cls, path):
+    """(backbone, {head parameter: tensor}) for cls(pretrained=path), from any checkpoint
+    nanoRM reads. A ckpt.pt of cls's own kind gives all its heads (strictly); another kind's
+    gives its scoring head (a reward model's head to a Critic, as Critic.from_reward_model
+    does; the bias where cls has one); a foreign backbone a new head, or an HF classifier's
+    score. A name that is not a file or directory here (a hub name) is refused in one line
+    saying how to download it."""
+    path = str(path)
+    if not os.path.exists(path):
+        raise UsageError(
+            f"{path} is not a local checkpoint, and nanoRM reads no hub: download it first "
+            f"(huggingface-cli download {path} --local-dir DIR) and pass pretrained=DIR"
+        )
+    if not is_ours(path):
+        try:
+            return _foreign_parts(path)
+        except ValueError as e:  # the readers' "wrong format, truncated, shapes do not fit"
+            raise UsageError(str(e) if path in str(e) else f"{path}: {e}") from None
+    ckpt = load_checkpoint(path)
+    if ckpt["kind"] == cls.__name__:
+        model = model_from_dict(cls, ckpt, path)
+        heads = {k: v for k, v in model.state_dict().items() if not k.startswith("backbone.")}
+        return model.backbone, heads
+    sd = ckpt["model"]
+    backbone = {k.removeprefix("backbone."): v for k, v in sd.items() if k[:9] == "backbone."}
+    backbone = transformer_from_state_dict(ModelConfig(**ckpt["config"]), backbone, path)
+    heads = {HEAD_NAME.sub("head.", k): v for k, v in sd.items() if HEAD_NAME.match(k)}
+    if "head.weight" not in heads:
+        raise UsageError(f"{path}: its {ckpt['kind']} has no scoring head to start from")
+    if not cls.head_bias:
+        heads.pop("head.bias", None)
+    return backbone, heads
+
+
+def model_from_dict(cls, ckpt, source):
+    """The cls a ckpt.pt's dict holds: the backbone through the shape and key checks of every
+    loaded checkpoint, then the head(s), strictly."""
+    sd = ckpt["model"]
+    backbone = {k.removeprefix("backbone."): v for k, v in sd.items() if k[:9] == "backbone."}
+    model = cls(transformer_from_state_dict(ModelConfig(**ckpt["config"]), backbone, source))
+    rest = {k: v for k, v in sd.items() if not k.startswith("backbone.")}
+    rest = {HEAD_NAME.sub("head.", k): v for k, v in rest.items()}
+    model.load_state_dict(rest, strict=False)  # the heads; the backbone is assigned
+    missing = {k for k in model.state_dict() if not k.startswith("backbone.")} - rest.keys()
+    if missing or rest.keys() - model.state_dict().keys():
+        raise ValueError(f"{source}: its heads {sorted(rest)} do not fit a {cls.__name__}")
+    return model.eval()

@@ -1,7 +1,9 @@
 """
 The one home of nanoRM's own checkpoint, ckpt.pt: what it holds, writing it atomically, reading
 it back for --resume, for scoring and for export, and the tokenizer it carries. Every script goes
-through here; foreign formats (llama2.c, Meta, Hugging Face, GGUF) are checkpoints.py's.
+through here. Reading a file, ours or foreign (llama2.c, Meta, Hugging Face, GGUF), into a
+backbone and heads is checkpoints.py's, which imports no model class (reward.py reaches it for
+cls(pretrained=path)); this file builds the classes a checkpoint names.
 
     save_checkpoint(path, rm, meta=meta, optimizer=opt, step=step, train_config=cfg)
     ckpt = load_checkpoint(path)         # the dict below, checked: a bad file is one line
@@ -12,7 +14,7 @@ through here; foreign formats (llama2.c, Meta, Hugging Face, GGUF) are checkpoin
     rm, ckpt = load_for_scoring(path)    # ours, or a RewardModel around any foreign backbone
 
 What ckpt.pt holds: one dict, torch.save'd, read with weights_only=True (tensors and plain data):
-    kind, config, model   the class name (reward.py's KINDS), ModelConfig as a dict, state dict
+    kind, config, model   the class name (KINDS below), ModelConfig as a dict, state dict
     tokenizer_files       {file name: uint8 tensor}: the tokenizer itself, so a moved run folder
                           or a deleted dataset never stops a checkpoint from scoring text
     data_meta, tokenizer  the dataset's meta.json (vocabulary, chat layout, subsets) and the
@@ -28,7 +30,6 @@ What ckpt.pt holds: one dict, torch.save'd, read with weights_only=True (tensors
 """
 
 import os
-import re
 import struct
 import sys
 import tempfile
@@ -46,12 +47,19 @@ from data.tokenizer import (
     tokenizer_fingerprint,
 )
 from model import ModelConfig
-from nanorm.checkpoints import load_transformer, read_checkpoint, transformer_from_state_dict
+from nanorm.checkpoints import (
+    MODEL_KEYS,
+    from_pretrained,
+    is_ours,
+    load_checkpoint,
+    load_transformer,
+    model_from_dict,
+    older_layout,
+    read_checkpoint,
+    transformer_from_state_dict,
+)
 from nanorm.cli import is_torch_file, load_torch
-from nanorm.gguf_reader import read_gguf_metadata
 from reward import LMRegularizedRewardModel, RewardModel
-
-MODEL_KEYS = {"kind", "config", "model"}
 
 
 # ----------------------------------------------------------------------------- writing
@@ -120,41 +128,11 @@ def tokenizer_files(tok):
 
 
 # ----------------------------------------------------------------------------- reading
-def is_ours(path):
-    """Whether path is a checkpoint this module wrote (a llama2.c .pt is a torch file too)."""
-    if not is_torch_file(path):
-        return False
-    try:
-        ckpt = load_torch(path, map_location="cpu", mmap=True)
-    except UsageError:
-        return True  # a damaged zip archive: load_checkpoint says how it is damaged
-    return isinstance(ckpt, dict) and (MODEL_KEYS <= ckpt.keys() or _nested(ckpt))
-
-
-def _nested(ckpt):  # older checkpoints kept kind/config/model under "model"
-    return isinstance(ckpt.get("model"), dict) and MODEL_KEYS <= ckpt["model"].keys()
-
-
-def load_checkpoint(path, map_location="cpu"):
-    """The checkpoint's dict, with kind/config/model at its top level. A missing, truncated or
-    corrupt file, or a torch file that is not ours, is one UsageError naming the file."""
-    ckpt = load_torch(path, map_location=map_location, mmap=True)  # missing, corrupt: one line
-    if isinstance(ckpt, dict) and _nested(ckpt):
-        ckpt = {**ckpt, **ckpt["model"]}
-    if not isinstance(ckpt, dict) or not MODEL_KEYS <= ckpt.keys():
-        found = sorted(ckpt) if isinstance(ckpt, dict) else type(ckpt).__name__
-        raise UsageError(
-            f"{path} is not a nanoRM checkpoint (it needs kind/config/model, has {found}): "
-            "give a ckpt.pt that train_rm.py wrote, or a backbone (.bin, .gguf, HF dir)"
-        )
-    return ckpt
-
-
 def update_checkpoint(path, **keys):
     """Set (or, for None, remove) top-level keys of a ckpt.pt, rewritten atomically: e.g. the
     length calibration and normalization eval_rm.py --save_calibration measured on it."""
     ckpt = load_torch(path, map_location="cpu")  # no mmap: the file is replaced below
-    if not isinstance(ckpt, dict) or not (MODEL_KEYS <= ckpt.keys() or _nested(ckpt)):
+    if not isinstance(ckpt, dict) or not (MODEL_KEYS <= ckpt.keys() or older_layout(ckpt)):
         raise UsageError(f"{path} is not a nanoRM checkpoint: nothing stored in it")
     for k, v in keys.items():
         if v is None:
@@ -214,77 +192,6 @@ def load_backbone(path):
 
 
 # ----------------------------------------------------------------------------- models
-def from_pretrained(cls, path):
-    """A cls (reward.py's or critic.py's, a backbone with a head) around the backbone of any
-    checkpoint checkpoints.py reads (llama2.c, Meta, HF, GGUF); the head is new, unless the
-    file is an HF sequence classifier whose `score.weight` comes in the same read: then it is
-    the head's weight."""
-    backbone, heads = _foreign_parts(path)
-    model = cls(backbone)
-    with torch.no_grad():
-        for name, value in heads.items():
-            model.get_parameter(name).copy_(value)
-    return model.eval()
-
-
-def _foreign_parts(path):
-    """(the backbone, {"head.weight": an HF classifier's score} or {}) of a foreign checkpoint."""
-    config, sd = read_checkpoint(path)
-    score = sd.pop("score.weight", None)
-    backbone = transformer_from_state_dict(ModelConfig(**config), sd, path)
-    if score is None:
-        return backbone, {}
-    if tuple(score.shape) != (1, backbone.config.dim):
-        raise ValueError(f"{path}: score.weight {tuple(score.shape)} is not (1, dim)")
-    return backbone, {"head.weight": score}  # HF's score has no bias: ours stays 0
-
-
-def pretrained_parts(cls, path):
-    """(backbone, {head parameter: tensor}) for cls(pretrained=path), from any checkpoint
-    nanoRM reads. A ckpt.pt of cls's own kind gives all its heads (strictly); a reward model's
-    gives another class (a Critic, say) its head, as Critic.from_reward_model does; a foreign
-    backbone a new head, or an HF classifier's score. A name that is not a file or directory
-    here (a hub name) is refused in one line saying how to download it."""
-    path = str(path)
-    if not os.path.exists(path):
-        raise UsageError(
-            f"{path} is not a local checkpoint, and nanoRM reads no hub: download it first "
-            f"(huggingface-cli download {path} --local-dir DIR) and pass pretrained=DIR"
-        )
-    if not is_ours(path):
-        try:
-            return _foreign_parts(path)
-        except ValueError as e:  # the readers' "wrong format, truncated, shapes do not fit"
-            raise UsageError(str(e) if path in str(e) else f"{path}: {e}") from None
-    ckpt = load_checkpoint(path)
-    if ckpt["kind"] == cls.__name__:
-        model = model_from_dict(cls, ckpt, path)
-        heads = {k: v for k, v in model.state_dict().items() if not k.startswith("backbone.")}
-        return model.backbone, heads
-    if ckpt["kind"] not in KINDS and ckpt["kind"] not in SCORED_AS:
-        raise UsageError(f"{path}: kind {ckpt['kind']!r} is not one of {list(KINDS)}")
-    rm = load_reward_model(path, ckpt)  # its head becomes cls's, bias where both have one
-    heads = {"head.weight": rm.head.weight.detach()}
-    if rm.head.bias is not None and cls.head_bias:
-        heads["head.bias"] = rm.head.bias.detach()
-    return rm.backbone, heads
-
-
-def model_from_dict(cls, ckpt, source):
-    """The cls a ckpt.pt's dict holds: the backbone through the shape and key checks of every
-    loaded checkpoint, then the head(s), strictly."""
-    sd = ckpt["model"]
-    backbone = {k.removeprefix("backbone."): v for k, v in sd.items() if k[:9] == "backbone."}
-    model = cls(transformer_from_state_dict(ModelConfig(**ckpt["config"]), backbone, source))
-    rest = {k: v for k, v in sd.items() if not k.startswith("backbone.")}
-    rest = {re.sub(r"^(value|reward)_head\.", "head.", k): v for k, v in rest.items()}
-    model.load_state_dict(rest, strict=False)  # the heads; the backbone is assigned
-    missing = {k for k in model.state_dict() if not k.startswith("backbone.")} - rest.keys()
-    if missing or rest.keys() - model.state_dict().keys():
-        raise ValueError(f"{source}: its heads {sorted(rest)} do not fit a {cls.__name__}")
-    return model.eval()
-
-
 def load_model(cls, path):
     """The cls a ckpt.pt holds, refused if the checkpoint names another class."""
     ckpt = load_checkpoint(path)
@@ -339,8 +246,10 @@ def checkpoint_tokenizer(source, missing_ok=False):
     if os.path.isdir(name):
         found = [os.path.join(name, f) for f in ("tokenizer.model", "tokenizer.json")]
         found = [f for f in found if os.path.isfile(f)]
-    elif name.endswith(".gguf") and "tokenizer.ggml.tokens" in read_gguf_metadata(name):
-        found = [name]  # (a GGUF may hold weights only)
+    elif name.endswith(".gguf"):  # (a GGUF may hold weights only)
+        from nanorm.gguf_reader import read_gguf_metadata  # the GGUF format, for its file
+
+        found = [name] if "tokenizer.ggml.tokens" in read_gguf_metadata(name) else []
     if found:
         return load_tokenizer(found[0])
     if missing_ok:

@@ -5,6 +5,7 @@ import torch
 from conftest import tiny_model
 
 from critic import Critic, gae, response_values, value_loss
+from nanorm.ckpt import load_model, save_checkpoint
 from reward import LMRegularizedRewardModel, RewardModel
 
 V = 61
@@ -66,7 +67,7 @@ def test_response_values_slicing_conventions():
 @pytest.mark.parametrize("rm_cls", [RewardModel, LMRegularizedRewardModel])
 def test_critic_from_reward_model(tmp_path, rm_cls):
     rm = tiny(rm_cls)
-    rm.save(tmp_path / "rm.pt")
+    save_checkpoint(tmp_path / "rm.pt", rm)
     tokens = torch.randint(3, V, (2, 9))
     mask = torch.ones_like(tokens)
     mask[0, 6:] = 0
@@ -75,8 +76,10 @@ def test_critic_from_reward_model(tmp_path, rm_cls):
             values, rewards = critic(tokens, mask), rm(tokens, mask)
         assert (values[[0, 1], [5, 8]] - rewards).abs().max() < 1e-5
         assert critic.backbone is not rm.backbone  # PPO trains one and freezes the other
-    critic.save(tmp_path / "critic.pt")
-    assert torch.equal(Critic.load(tmp_path / "critic.pt")(tokens, mask), critic(tokens, mask))
+    save_checkpoint(tmp_path / "critic.pt", critic)
+    assert torch.equal(
+        load_model(Critic, tmp_path / "critic.pt")(tokens, mask), critic(tokens, mask)
+    )
 
 
 # ---------------------------------------------------------------- GAE

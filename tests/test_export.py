@@ -9,7 +9,7 @@ import torch
 from conftest import pad, shared_path, tiny_model
 
 from nanorm.checkpoints import _unpermute
-from nanorm.ckpt import checkpoint_tokenizer, tokenizer_files
+from nanorm.ckpt import checkpoint_tokenizer, save_checkpoint, tokenizer_files
 from nanorm.export_hf import permute_to_hf
 from reward import RewardModel
 
@@ -175,7 +175,7 @@ def test_cli_export_from_a_checkpoint_that_carries_its_tokenizer(sp_tok, tmp_pat
         chat_format="plain",
     )
     path = tmp_path / "ckpt.pt"
-    model.save(path)  # kind, config and weights; then what train_rm adds beside them
+    save_checkpoint(path, model)  # kind, config and weights; then what train_rm adds beside them
     ckpt = dict(torch.load(path, weights_only=True), data_meta=meta)
     torch.save(dict(ckpt, tokenizer_files=tokenizer_files(tok)), path)
     ckpt = torch.load(path, weights_only=True)

@@ -10,7 +10,7 @@ from conftest import CHOSEN, PROMPTS, REJECTED, pad, shared_path, tiny_config, t
 
 import reward
 from model import Transformer
-from nanorm.ckpt import load_reward_model
+from nanorm.ckpt import load_model, load_reward_model, save_checkpoint
 from nanorm.score import main
 from reward import LMRegularizedRewardModel, RewardModel, accuracy, pairwise_loss
 
@@ -344,7 +344,7 @@ LLAMA3_ROPE = {
 def test_save_load_roundtrip(tmp_path, cls):
     model = tiny(cls, tie_embeddings=True, rope_scaling=LLAMA3_ROPE)
     path = tmp_path / "rm.pt"
-    model.save(path)
+    save_checkpoint(path, model)
     assert not (tmp_path / "rm.pt.tmp").exists()
     saved = torch.load(path, weights_only=True)
     assert saved["kind"] == cls.__name__ and saved["config"]["rope_scaling"] == LLAMA3_ROPE
@@ -355,13 +355,13 @@ def test_save_load_roundtrip(tmp_path, cls):
     torch.save({"model": written, "optimizer": opt.state_dict()}, tmp_path / "n.pt")  # older
     torch.save({**written, "tokenizer": "tok.bin", "step": 3}, tmp_path / "t.pt")
     for p in (path, tmp_path / "n.pt", tmp_path / "t.pt"):
-        for loaded in (cls.load(p), load_reward_model(p)):
+        for loaded in (load_model(cls, p), load_reward_model(p)):
             assert type(loaded) is cls and not loaded.training
             assert loaded.backbone.output.weight is loaded.backbone.tok_embeddings.weight
             assert torch.equal(loaded(tokens, mask), ref)
     other = LMRegularizedRewardModel if cls is RewardModel else RewardModel
     with pytest.raises(ValueError, match=f"holds a {cls.__name__}, not a {other.__name__}"):
-        other.load(path)
+        load_model(other, path)
     torch.save({"step": 1}, tmp_path / "bad.pt")
     with pytest.raises(ValueError, match="not a nanoRM checkpoint"):
         load_reward_model(tmp_path / "bad.pt")
@@ -399,7 +399,7 @@ def test_command_line(tmp_path, capsys):
     with torch.no_grad():
         model.head.weight.normal_(std=0.1)
     ckpt = tmp_path / "rm.pt"
-    model.save(ckpt)
+    save_checkpoint(ckpt, model)
     torch.save({**torch.load(ckpt, weights_only=True), "tokenizer": str(tok_path)}, ckpt)
     tok = load_tokenizer(tok_path)
 
