@@ -18,12 +18,13 @@ dataset's meta.json as `data_meta`), log.jsonl, curves.png, and eval_rm.py's rep
 final evaluation: eval.json, reward_hist.png, reward_length.png, reliability.png.
 
 From a pretrained checkpoint: --train_layers k trains the top k layers and the head, the frozen
-layers' output computed once per pair and cached (nanorm/cache.py); --epochs N; --lora_rank r (nanorm/lora.py);
---fsdp shards the model over the ranks (nanorm/fsdp.py). Length (bench/README.md, "Length under control"):
---length_head trains ODIN's second head (nanorm/length_head.py); --calibrate_length fits the reward's
-length dependence on the training pairs and stores it (nanorm/calibrate.py, out_dir/calibrated/).
-The run's plumbing (processes, out_dir, log, speed) is nanorm/runtime.py's; the held-out evaluation is
-eval_rm.evaluate, its report nanorm/report.py's; ckpt.pt is nanorm/ckpt.py's.
+layers' output computed once per pair and cached (nanorm/cache.py); --epochs N; --lora_rank r
+(nanorm/lora.py); --fsdp shards the model over the ranks (nanorm/fsdp.py). Length
+(bench/README.md, "Length under control"): --length_head trains ODIN's second head
+(nanorm/length_head.py); --calibrate_length fits the reward's length dependence on the training
+pairs and stores it (nanorm/calibrate.py, out_dir/calibrated/). The run's plumbing (processes,
+out_dir, log, speed) is nanorm/runtime.py's; the held-out evaluation is eval_rm.evaluate, its
+report nanorm/report.py's; ckpt.pt is nanorm/ckpt.py's.
 
 Simplified on purpose: no mixed fp16 (bf16 needs no loss scaling); a single fixed train/val split
 from the prepare script; the cache is built by rank 0 alone.
@@ -60,8 +61,9 @@ from nanorm.runtime import (
 from reward import LOSSES, LMRegularizedRewardModel, RewardModel, accuracy
 
 # A feature behind a flag is imported where its flag is handled, so a default run loads only
-# what it runs: --fsdp (nanorm/fsdp.py), --lora_rank (nanorm/lora.py), --length_head (nanorm/length_head.py),
-# --train_layers's cache (nanorm/cache.py), the built-in data's labelling (data/arith/prepare.py).
+# what it runs: --fsdp (nanorm/fsdp.py), --lora_rank (nanorm/lora.py), --length_head
+# (nanorm/length_head.py), --train_layers's cache (nanorm/cache.py), and the built-in data's
+# labelling (data/arith/prepare.py, which uses verifiable.py).
 
 EVAL_SHOWN = ("loss", "acc", "margin")  # of evaluate's metrics, printed at each evaluation
 
@@ -298,16 +300,17 @@ class PairStep(nn.Module):
 
 
 def step_figures(out):
-    """The numbers a training row logs from one micro-step's PairStep output: the objective,
-    the pairwise loss (evaluation's), accuracy, the mean chosen and rejected rewards and their
-    margin, and the model's own terms (the LM term; ODIN's correlations)."""
+    """The numbers a training row logs from one micro-step's PairStep output, as 0-d tensors
+    left on the device: the objective, the pairwise loss (evaluation's), accuracy, the mean
+    chosen and rejected rewards and their margin, and the model's own terms (the LM term;
+    ODIN's correlations)."""
     r_c, r_r = out["r_chosen"].float(), out["r_rejected"].float()
-    figures = dict(objective=out["objective"].item(), loss=out["rm_loss"].item())
-    figures.update(acc=accuracy(r_c, r_r).item(), margin=(r_c - r_r).mean().item())
-    figures.update(reward_chosen=r_c.mean().item(), reward_rejected=r_r.mean().item())
-    for k in ("lm_loss", "rho_quality", "rho_length"):
-        if k in out:
-            figures[k] = out[k].item()
+    figures = dict(objective=out["objective"].detach().float(), loss=out["rm_loss"].float())
+    figures.update(acc=accuracy(r_c, r_r), margin=(r_c - r_r).mean())
+    figures.update(reward_chosen=r_c.mean(), reward_rejected=r_r.mean())
+    figures.update(
+        {k: out[k].float() for k in ("lm_loss", "rho_quality", "rho_length") if k in out}
+    )
     return figures
 
 
@@ -395,7 +398,7 @@ def main(argv=None):
             g["lr"] = lr * g.get("lr_scale", 1.0)
         # forward backward update, with gradient accumulation to simulate a larger batch.
         # tokens_computed is for MFU: with --pack each prompt is computed once, not twice
-        metrics = dict(tokens=0, tokens_computed=0)
+        figures, tokens, computed = {}, 0, 0
         for micro in range(cfg.grad_accum):
             idx = batch_indices(step, micro, proc.rank, proc.world, cfg, train)
             # --pack: one row per pair; with a cache, the frozen layers' output comes along
@@ -404,7 +407,7 @@ def main(argv=None):
             b = b.to(proc.device)
             # sync gradients across ranks only on the last micro-step: once per optimizer step
             sync = nullcontext()
-            if proc.ddp and micro < cfg.grad_accum - 1:  # DDP's no_sync, or FSDP's (nanorm/fsdp.py)
+            if proc.ddp and micro < cfg.grad_accum - 1:  # DDP's no_sync, or FSDP's
                 sync = no_sync(rm) if cfg.fsdp else trainer.no_sync()
             with sync, proc.ctx:
                 out = trainer(b)
@@ -412,10 +415,14 @@ def main(argv=None):
                 # the summed gradient the mean over the whole batch, as one big step would give
                 (out["objective"] / cfg.grad_accum).backward()
             for k, v in step_figures(out).items():  # this step's: the mean of its micro-steps
-                metrics[k] = metrics.get(k, 0.0) + v / cfg.grad_accum
-            metrics["tokens"] += b.n_tokens
-            metrics["tokens_computed"] += b.n_packed if cfg.pack else b.n_tokens
-        metrics = all_reduce_sum(metrics, proc.world, proc.device)  # one call for all of them
+                figures[k] = figures.get(k, 0.0) + v / cfg.grad_accum  # on the device, no sync
+            tokens += b.n_tokens
+            computed += b.n_packed if cfg.pack else b.n_tokens
+        # one device-to-host copy per step, and one all_reduce for every figure and rank
+        metrics = dict(zip(figures, torch.stack(list(figures.values())).tolist(), strict=True))
+        metrics = all_reduce_sum(
+            metrics | dict(tokens=tokens, computed=computed), proc.world, proc.device
+        )
         objective = metrics["objective"] / proc.world
         check_finite(objective, step, ckpt_path)
         # the norm before clipping is logged: it shows instabilities, and it is what the tests use
@@ -424,11 +431,10 @@ def main(argv=None):
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         step += 1
-        speed.add(metrics["tokens"], metrics["tokens_computed"])
+        speed.add(metrics.pop("tokens"), metrics.pop("computed"))
         # the log shows means over the steps since the last log line, not one noisy batch
         for k, v in metrics.items():
-            if k not in ("tokens", "tokens_computed"):
-                interval[k] = interval.get(k, 0.0) + v / proc.world
+            interval[k] = interval.get(k, 0.0) + v / proc.world
         interval["grad_norm"] = interval.get("grad_norm", 0.0) + grad_norm
         n_logged += 1
         if step % cfg.log_interval == 0 or step == cfg.max_iters:
