@@ -137,3 +137,13 @@ def test_a_run_loads_what_it_runs(tmp_path):
 def test_readme_is_a_learning_path():
     lines = (ROOT / "README.md").read_text().splitlines()
     assert len(lines) <= 250, len(lines)
+
+
+def test_requirement_files_include_what_exists():
+    """pip reads `-r other.txt` relative to the file that says it; an include that names the file
+    itself (or nothing) makes every install fail before it starts."""
+    for req in [ROOT / "requirements.txt", ROOT / "tests" / "requirements.txt"]:
+        for n, line in enumerate(req.read_text().splitlines(), 1):
+            if line.startswith(("-r ", "--requirement ")):
+                target = (req.parent / line.split(maxsplit=1)[1]).resolve()
+                assert target.is_file() and target != req.resolve(), f"{req}:{n}: {line}"
