@@ -42,7 +42,15 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from data import UsageError, run
-from data.pairs import DATA, bucketed_order, dataset_dir, open_dataset
+from data.pairs import (
+    BALANCE,
+    DATA,
+    balance_weights,
+    balanced_order,
+    bucketed_order,
+    dataset_dir,
+    open_dataset,
+)
 from eval_rm import all_reduce_sum, evaluate, fit_calibration
 from model import ModelConfig
 from nanorm.ckpt import check_tokenizer, resume, save_checkpoint
@@ -110,6 +118,12 @@ class TrainConfig:
     compile: bool = opt(False, "torch.compile the training step (faster on GPU, slow to start)")
     pack: bool = opt(False, "shared-prompt packing: [prompt|chosen|rejected] in one row (plain RM)")
     bucket: bool = opt(False, "length-bucketed batches: less padding, a less random order")
+    balance: str = opt(
+        "none",
+        "sample pairs so that chosen-longer and chosen-shorter (length), subsets (subset) weigh "
+        "the same (data/pairs.py balance_weights)",
+        one_of(*BALANCE),
+    )
     grad_ckpt: bool = opt(False, "activation checkpointing: recompute layers in backward")
     train_layers: int = opt(0, "> 0: train the top N layers, final norm, head", NON_NEGATIVE)
     length_head: bool = opt(False, "ODIN: a second head absorbs response length; the first scores")
@@ -328,14 +342,22 @@ def batch_indices(step, micro, rank, world, cfg, data):
     any split of it over ranks and micro-steps sees the same pairs, and resuming needs no state."""
     G, n = cfg.batch_size * cfg.grad_accum * world, len(data)  # n >= G: load_data checks
     epoch, k = divmod(step, n // G)  # drop the last partial batch of each epoch
-    chunk = epoch_order(data, cfg.seed + epoch, G, cfg.bucket, cfg.pack)[k * G : (k + 1) * G]
+    order = epoch_order(data, cfg.seed + epoch, G, cfg.bucket, cfg.pack, cfg.balance)
+    chunk = order[k * G : (k + 1) * G]
     slot = rank * cfg.grad_accum + micro
     return chunk[slot * cfg.batch_size : (slot + 1) * cfg.batch_size].tolist()
 
 
 @lru_cache(maxsize=2)
-def epoch_order(data, seed, G, bucket, packed):
-    """One epoch's order of the pairs: seeded by the epoch, so every rank computes the same."""
+def epoch_order(data, seed, G, bucket, packed, balance="none"):
+    """One epoch's order of the pairs: seeded by the epoch, so every rank computes the same.
+    --balance: len(data) pairs drawn with replacement by their balance_weights, so a pair is
+    seen once per epoch on average."""
+    if balance != "none":
+        order = balanced_order(balance_weights(data, balance), len(data), seed)
+        if bucket:
+            order = order[bucketed_order(data.lengths(packed)[order.numpy()], G, seed)]
+        return order
     if bucket:  # each run of G pairs (one global batch) has similar lengths
         return bucketed_order(data.lengths(packed), G, seed)
     return torch.randperm(len(data), generator=torch.Generator().manual_seed(seed))

@@ -204,6 +204,48 @@ def bucketed_order(lengths, batch_size, seed, window=50):
     return torch.cat(shuffled + tail)
 
 
+# ----------------------------------------------------------------------------- balanced sampling
+# A mixture of preference datasets can teach a shortcut. In HH-RLHF the longer response is the
+# chosen one in 61% of helpful-base's pairs and the shorter in 57% of harmless-base's, so a model
+# trained on the union first learns "longer is better", which wins three subsets and loses the
+# fourth. Sampling the pairs so that, within each subset, pairs whose chosen response is longer
+# and pairs whose chosen response is shorter weigh the same ("length") leaves response length no
+# signal to learn; giving each subset the same mass ("subset") keeps a small subset from being
+# outvoted. Drawn with replacement, as torch.utils.data.WeightedRandomSampler does.
+BALANCE = ("none", "length", "subset", "subset+length")
+
+
+def balance_weights(data, how):
+    """(N,) float64 sampling weights of a PairDataset's pairs, summing to 1, for `how` in BALANCE.
+    "length": in each subset, the pairs whose chosen response is longer get together the same mass
+    as those whose chosen response is shorter; ties keep their share. "subset": every subset the
+    same mass. A dataset without subsets (groups) is one subset."""
+    if how not in BALANCE:
+        raise UsageError(f"balance {how!r}: one of {', '.join(BALANCE)}")
+    _, c, r = np.diff(data.offsets, axis=1).T.astype(np.int64)
+    groups = data.groups if data.groups is not None else np.zeros(len(c), dtype=np.int64)
+    side = np.sign(c - r)  # +1 chosen longer, -1 chosen shorter, 0 a tie
+    w = np.ones(len(c))
+    for g in np.unique(groups):
+        in_g = groups == g
+        if "length" in how:
+            ties, n = (in_g & (side == 0)).sum(), in_g.sum()
+            for s in (1, -1):
+                cell = in_g & (side == s)
+                if cell.any():  # the untied pairs' mass, split evenly between the two sides
+                    k = 2 if (in_g & (side == -s)).any() else 1
+                    w[cell] = (n - ties) / (k * cell.sum())
+        if "subset" in how:
+            w[in_g] /= w[in_g].sum()
+    return w / w.sum()
+
+
+def balanced_order(weights, n, seed):
+    """n pair indices drawn with replacement in proportion to weights (balance_weights'), seeded."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.multinomial(torch.as_tensor(weights), n, replacement=True, generator=g)
+
+
 # ----------------------------------------------------------------------------- speed: packing
 # Shared-prompt packing. The two plain sequences of a pair, prompt + chosen and prompt + rejected,
 # repeat the prompt (in HH-RLHF, 70% of the tokens). A packed row holds it once:

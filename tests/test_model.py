@@ -163,6 +163,7 @@ def test_sample_prints_the_stories260k_story(capsys):
     """python -m nanorm.sample, as a function: the same story, byte for byte, after the config line."""
     import nanorm.sample as sample
 
+    shared_path("llama2c", "stories260K", "stories260K.bin")  # its default checkpoint, or a skip
     sample.main([])
     config_line, story = capsys.readouterr().out.split("\n", 1)
     assert config_line.startswith("260,032 parameters; config {'dim': 64, 'n_layers': 5")

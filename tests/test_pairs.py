@@ -4,11 +4,20 @@ import gzip
 import json
 import math
 
+import numpy as np
 import pytest
 import torch
 from conftest import shared_path
 
-from data.pairs import PairDataset, encode_pair, length_heuristics, write_pairs
+from data import UsageError
+from data.pairs import (
+    PairDataset,
+    balance_weights,
+    balanced_order,
+    encode_pair,
+    length_heuristics,
+    write_pairs,
+)
 from data.rows import BadRowError, read_pairs, split_conversation, split_dialogue
 
 
@@ -265,3 +274,43 @@ def test_a_broken_json_array_is_named_by_line(tmp_path):
     path.write_text('[\n {"prompt": "p", "chosen": "a", "rejected": "b"},\n')
     with pytest.raises(BadRowError, match=r"a\.json:3: invalid JSON: the array has no closing"):
         read_pairs(path, strict=False)
+
+
+def balance_set(tmp_path):
+    """Two subsets: 0 has 6 chosen-longer, 2 chosen-shorter, 1 tie; 1 has 3 chosen-longer only."""
+    sides = [(0, 1)] * 6 + [(0, -1)] * 2 + [(0, 0)] + [(1, 1)] * 3
+    pairs = [([1, 5], [7] * (3 + s), [8] * 3) for _, s in sides]
+    write_pairs(tmp_path / "b.npz", pairs, 300, groups=[g for g, _ in sides])
+    groups = torch.tensor([g for g, _ in sides])
+    return PairDataset(tmp_path / "b.npz"), groups, torch.tensor([s for _, s in sides])
+
+
+def test_balance_weights_give_each_cell_its_mass(tmp_path):
+    data, groups, side = balance_set(tmp_path)
+    mass = lambda w, sel: float(torch.as_tensor(w)[sel].sum())
+    w = balance_weights(data, "none")
+    assert math.isclose(w.sum(), 1) and np.allclose(w, 1 / 12)
+    w = balance_weights(data, "length")  # subset masses kept (9/12, 3/12), its sides even
+    longer0, shorter0 = (groups == 0) & (side == 1), (groups == 0) & (side == -1)
+    assert math.isclose(mass(w, longer0), mass(w, shorter0), rel_tol=1e-12)
+    assert math.isclose(mass(w, (groups == 0) & (side == 0)), 1 / 12)  # a tie keeps its share
+    assert math.isclose(mass(w, groups == 1), 3 / 12)  # one side only: nothing to even
+    w = balance_weights(data, "subset")
+    assert math.isclose(mass(w, groups == 0), 0.5) and math.isclose(mass(w, groups == 1), 0.5)
+    assert np.allclose(w[:9], w[0])  # within a subset, every pair alike
+    w = balance_weights(data, "subset+length")
+    assert math.isclose(mass(w, groups == 0), 0.5)
+    assert math.isclose(mass(w, longer0), mass(w, shorter0), rel_tol=1e-12)
+    with pytest.raises(UsageError, match="balance 'sides'"):
+        balance_weights(data, "sides")
+
+
+def test_balanced_order_draws_by_the_weights(tmp_path):
+    data, groups, side = balance_set(tmp_path)
+    w = balance_weights(data, "subset+length")
+    n = 60000
+    order = balanced_order(w, n, seed=3)
+    assert torch.equal(order, balanced_order(w, n, seed=3))  # every rank draws the same
+    counts = torch.bincount(order, minlength=len(w)).double() / n
+    sigma = (torch.as_tensor(w) * (1 - torch.as_tensor(w)) / n).sqrt()
+    assert ((counts - torch.as_tensor(w)).abs() < 5 * sigma).all()

@@ -9,13 +9,14 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 import torch
 from conftest import ROOT, tiny_model
 
 import train_rm
 from data.arith.prepare import main as prepare_arith
-from data.pairs import PairDataset
+from data.pairs import PairDataset, open_dataset
 from nanorm.ckpt import load_reward_model
 
 
@@ -216,6 +217,23 @@ def test_pack_and_bucket_flags(arith, tmp_path):
     assert math.isfinite(res["loss"])
     with pytest.raises(ValueError, match="--pack.*--lm_coef 0"):
         run(arith, tmp_path / "bad", "--pack", "--max_iters", 1)
+
+
+def test_balance_flag_draws_balanced_epochs(arith, tmp_path):
+    """--balance length: an epoch's draws hold as many chosen-longer as chosen-shorter pairs (to
+    the sampling noise), bucketed or not, and the run trains on them."""
+    res = run(arith, tmp_path / "bal", "--max_iters", 3, "--balance", "subset+length", "--bucket")
+    assert math.isfinite(res["loss"])
+    _, _, (train,) = open_dataset(arith, "train")
+    _, c, r = np.diff(train.offsets, axis=1).T
+    side = np.sign(c - r)
+    assert (side[side != 0] > 0).mean() < 0.4  # the data itself is not balanced
+    for bucket in (False, True):
+        order = train_rm.epoch_order(train, 5, 32, bucket, False, "length").numpy()
+        assert len(order) == len(train)
+        drawn = side[order][side[order] != 0]
+        n = len(drawn)
+        assert abs((drawn > 0).mean() - 0.5) < 5 * (0.25 / n) ** 0.5, (drawn > 0).mean()
 
 
 def test_evaluate_once_per_eval_and_rewards_in_pair_order(arith, tmp_path, monkeypatch):

@@ -46,6 +46,7 @@ BATCH=${BATCH:-8}
 MAX_LEN=${MAX_LEN:-320}
 MAX_TRAIN=${MAX_TRAIN:-800}  # training pairs per subset: the frozen layers' cache fits the hour
 CALIBRATE=${CALIBRATE:-true}  # also fit the length calibration on the training pairs (calibrate.py)
+BALANCE=${BALANCE:-none}    # sampling: none, length, subset, subset+length (data/pairs.py)
 EXTRA=${EXTRA:-}            # e.g. EXTRA="--length_head --length_coef 0.03" (ODIN, length_head.py)
 
 if [ ! -f "$DATA/meta.json" ]; then  # prepared once; later runs (other settings) reuse it
@@ -57,7 +58,8 @@ python train_rm.py --init "$GGUF" --dataset "$DATA" --out_dir "$OUT" --overwrite
     --epochs "$EPOCHS" \
     --lr "$LR" --min_lr "$(python -c "print($LR / 10)")" --head_lr "$HEAD_LR" --warmup 20 \
     --weight_decay 0 --eval_first false --eval_interval 100000 --eval_pairs 100000 \
-    --log_interval 50 --calibrate_length "$CALIBRATE" $EXTRA
+    --log_interval 50 --calibrate_length "$CALIBRATE" \
+    --balance "$BALANCE" --seed "${SEED:-1337}" $EXTRA
 python - "$OUT" <<'PY'
 import json, os, sys
 out = sys.argv[1]
