@@ -14,7 +14,6 @@ test.jsonl from https://github.com/openai/grade-school-math, and any SmolLM2-135
 .gguf or Hugging Face directory as --policy).
 """
 
-import argparse
 import json
 import os
 import time
