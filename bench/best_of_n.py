@@ -16,11 +16,13 @@ test.jsonl from https://github.com/openai/grade-school-math, and any SmolLM2-135
 
 import json
 import os
+import sys
 import time
 from contextlib import nullcontext
 
 import torch
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # the root
 from data import ArgumentParser, UsageError, atomic_write, run
 from data.chat import chat_format
 from data.tokenizer import load_tokenizer
