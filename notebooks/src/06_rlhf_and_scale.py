@@ -8,6 +8,9 @@
 #    launched from here with torchrun, `no_sync`; what FSDP shards and when to use it.
 # 3. **The LM-regularized reward model**: `--lm_coef 0` against `--lm_coef 1` on the same pairs,
 #    the response-only shifted LM term, and LLMBook's three bugs (exercise 7).
+# 4. **The reward model in use**: best-of-N on GSM8K answers from SmolLM2-135M-Instruct, a
+#    reward model trained on HH-RLHF as the proxy and the verifier as the gold reward, and what
+#    over-optimization looks like.
 #
 # Every claim a cell can check is an `assert`. About a minute and a half on a laptop CPU.
 
@@ -371,3 +374,97 @@ assert r_c.grad.item() > 0
 # `exercises/ex7_lm_loss.py` hands you the published loss, runnable on a batch, and asks for the
 # corrected one; `python notebooks/exercises/check.py ex7` names each bug as you meet it.
 # `exercises/ex8_grad_accum.py` is the accumulation loop with `no_sync`.
+
+# %% [markdown]
+# ## 4. The reward model in use: best-of-N, and over-optimization
+#
+# The simplest way to use a reward model is **best-of-N** (rejection sampling): sample N answers
+# from the policy, keep the one the reward model scores highest. No gradient step, yet it is a
+# real optimization of the policy against the reward: Gao et al. (2022, "Scaling Laws for
+# Reward Model Overoptimization") use it beside PPO, with a closed form for how far the
+# best-of-N policy moves from the base one, KL = log N - (N - 1) / N nats.
+#
+# Their finding: a **proxy** reward model, trained on a finite set of preferences, is only
+# correlated with what we want (the **gold** reward). Optimize the proxy harder and its score
+# keeps rising while the gold reward rises, peaks and falls: Goodhart's law, measured. Here the
+# gold reward is one we can check, `verifiable.gsm8k_reward` (is the final answer right?), the
+# policy is SmolLM2-135M-Instruct answering GSM8K questions, and the proxy is a reward model
+# trained on HH-RLHF preferences (bench/recipes/hh_smollm2.sh), a general "which answer do
+# people prefer" model that was never shown a math answer checked.
+#
+# `bench/best_of_n.py` sampled K = 16 answers to each of 48 questions and stored both rewards
+# of each (`bench/best_of_n.json`; about 20 minutes on a 2-core CPU). From K samples we get
+# best-of-N for every N <= K without sampling again: sort a question's answers by proxy score;
+# the answer at rank j (1 = lowest) is the best of a random N-subset with probability
+# C(j-1, N-1) / C(K, N). The cell checks that formula against all subsets of a small example.
+
+# %%
+from itertools import combinations
+from math import comb, log
+
+
+def best_of_n(proxy, value, n):
+    """E[value of the proxy's favourite among n answers drawn without replacement from these
+    K], exactly: sum over ranks j of C(j-1, n-1) / C(K, n) * value at rank j."""
+    order = sorted(range(len(proxy)), key=lambda i: proxy[i])
+    K = len(proxy)
+    return sum(comb(j, n - 1) / comb(K, n) * value[i] for j, i in enumerate(order))
+
+
+def pass_at_n(gold, n):
+    """P(at least one of n answers drawn from these K is right): the oracle's best-of-N."""
+    K, right = len(gold), int(sum(gold))
+    return 1 - comb(K - right, n) / comb(K, n)
+
+
+g = torch.Generator().manual_seed(0)
+proxy6, gold6 = torch.randn(6, generator=g).tolist(), [0, 1, 0, 1, 1, 0]
+for n in (1, 2, 3, 6):
+    subsets = list(combinations(range(6), n))
+    brute = sum(gold6[max(s, key=lambda i: proxy6[i])] for s in subsets) / len(subsets)
+    oracle = sum(max(gold6[i] for i in s) for s in subsets) / len(subsets)
+    assert abs(best_of_n(proxy6, gold6, n) - brute) < 1e-12
+    assert abs(pass_at_n(gold6, n) - oracle) < 1e-12
+print("best_of_n and pass_at_n equal the average over every subset")
+
+# %%
+with open(os.path.join("..", "bench", "best_of_n.json")) as f:
+    bon = json.load(f)
+qs, K = bon["questions"], bon["info"]["k"]
+Ns = [n for n in (1, 2, 4, 8, 16, 32) if n <= K]
+mean = lambda xs: sum(xs) / len(xs)
+curve = {
+    "gold, proxy's pick": [mean([best_of_n(q["proxy"], q["gold"], n) for q in qs]) for n in Ns],
+    "gold, oracle's pick": [mean([pass_at_n(q["gold"], n) for q in qs]) for n in Ns],
+    "proxy, proxy's pick": [mean([best_of_n(q["proxy"], q["proxy"], n) for q in qs]) for n in Ns],
+    "tokens, proxy's pick": [mean([best_of_n(q["proxy"], q["tokens"], n) for q in qs]) for n in Ns],
+}
+kl = [log(n) - (n - 1) / n for n in Ns]
+info = bon["info"]
+print(
+    f"{len(qs)} GSM8K questions x {K} answers (temperature {info['temperature']}); "
+    f"{int(sum(sum(q['gold']) for q in qs))} of {len(qs) * K} answers right"
+)
+print(f"{'N':>3s} {'KL':>5s} " + " ".join(f"{k:>21s}" for k in curve))
+for i, n in enumerate(Ns):
+    print(f"{n:3d} {kl[i]:5.2f} " + " ".join(f"{curve[k][i]:21.3f}" for k in curve))
+# the proxy's score of its own pick can only rise with N: the max of more draws
+assert all(a <= b + 1e-9 for a, b in zip(curve["proxy, proxy's pick"], curve["proxy, proxy's pick"][1:]))
+# no reward model beats the oracle, and at N = 1 every pick is a random answer
+assert all(a <= b + 1e-9 for a, b in zip(curve["gold, proxy's pick"], curve["gold, oracle's pick"]))
+assert abs(curve["gold, proxy's pick"][0] - curve["gold, oracle's pick"][0]) < 1e-9
+
+fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.4))
+a1.plot(Ns, curve["gold, oracle's pick"], "o-", label="oracle's pick (pass@N)")
+a1.plot(Ns, curve["gold, proxy's pick"], "o-", label="proxy RM's pick")
+a1.set(xscale="log", xticks=Ns, xticklabels=Ns, xlabel="N", ylabel="gold: fraction right")
+a1.set_title("best-of-N, gold reward")
+a1.legend()
+a2.plot(kl, curve["proxy, proxy's pick"], "o-", c="C1", label="proxy reward of the pick")
+a2.set(xlabel="KL(best-of-N || policy), nats", ylabel="proxy reward")
+a2b = a2.twinx()
+a2b.plot(kl, curve["gold, proxy's pick"], "s--", c="C2", label="gold of the pick")
+a2b.set_ylabel("gold: fraction right")
+a2.set_title("the proxy rises; does the gold?")
+a2.legend(loc="upper left"), a2b.legend(loc="lower right")
+fig.tight_layout()
