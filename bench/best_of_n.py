@@ -5,9 +5,13 @@ trained on HH-RLHF preferences, bench/recipes/hh_smollm2.sh) and by verifiable.g
 gold reward: 1 if the final answer is right). Writes the scores to a JSON file that notebook 06
 reads to draw best-of-N against N for both rewards.
 
-    python bench/best_of_n.py --proxy out/hh-smollm2/ckpt.pt               # 48 questions x 16
+    python bench/best_of_n.py --proxy out/hh-smollm2/ckpt.pt               # 40 questions x 16
     python bench/best_of_n.py --proxy out/hh-smollm2/ckpt.pt --questions 4 --k 4 --out /tmp/b.json
 
+SmolLM2-135M gets almost no GSM8K question right (0 of 160 answers to the first 10 test
+questions), and a gold reward that is always 0 ranks nothing; so the questions are the test
+set's easiest, those whose reference solution makes at most --max_steps calculations (83 of
+1,319 make at most one), and each asks for the final answer in a form the verifier reads.
 The answers are sampled once, K per question, and best-of-N for every N <= K is computed from
 them without sampling again (notebook 06 shows the estimator). Data: ../shared/data (GSM8K's
 test.jsonl from https://github.com/openai/grade-school-math, and any SmolLM2-135M-Instruct
@@ -31,6 +35,7 @@ from nanorm.ckpt import load_for_scoring
 from nanorm.runtime import auto_dtype
 from verifiable import gsm8k_reward
 
+ASK = "\nEnd with: The answer is <number>."  # a final answer the verifier can find
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHARED = os.path.join(HERE, "..", "..", "shared", "data")
 
@@ -38,7 +43,7 @@ SHARED = os.path.join(HERE, "..", "..", "shared", "data")
 def answers(policy, tok, fmt, question, k, max_new_tokens, temperature, ctx):
     """k sampled answers to one question: (prompt ids, [response ids, each ending with the
     end-of-turn token], [whether the model ended it itself])."""
-    prompt = fmt.prompt_ids(tok, question)
+    prompt = fmt.prompt_ids(tok, question + ASK)
     x = torch.tensor([prompt] * k)
     with ctx, torch.no_grad():
         out = policy.generate(x, max_new_tokens, temperature=temperature)[:, len(prompt) :]
@@ -66,9 +71,10 @@ def main(argv=None):
     policy_file = os.path.join(SHARED, "smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
     p.add_argument("--policy", default=policy_file, help="the model that answers")
     p.add_argument("--gsm8k", default=os.path.join(SHARED, "gsm8k", "test.jsonl"))
-    p.add_argument("--questions", type=int, default=48, help="the first this many questions")
+    p.add_argument("--questions", type=int, default=40, help="the first this many questions")
+    p.add_argument("--max_steps", type=int, default=1, help="calculations in the reference")
     p.add_argument("--k", type=int, default=16, help="answers sampled per question")
-    p.add_argument("--max_new_tokens", type=int, default=256)
+    p.add_argument("--max_new_tokens", type=int, default=192)
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--out", default=os.path.join(HERE, "best_of_n.json"))
@@ -88,7 +94,8 @@ def main(argv=None):
         raise UsageError(f"{args.proxy} was trained on another vocabulary than {args.policy}'s")
     fmt = chat_format(tok, meta.get("chat_format", "auto"))
     with open(args.gsm8k) as f:
-        rows = [json.loads(line) for line in f][: args.questions]
+        rows = [json.loads(line) for line in f]
+    rows = [r for r in rows if r["answer"].count("<<") <= args.max_steps][: args.questions]
     results, start = [], time.time()
     for i, row in enumerate(rows):
         prompt, responses, finished = answers(
