@@ -17,8 +17,8 @@ import best_of_n  # noqa: E402
 
 
 def test_best_of_n_scores_every_answer_as_alone(tmp_path):
-    gguf = shared_path("smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
-    gsm8k = shared_path("gsm8k", "test.jsonl")
+    gguf = str(shared_path("smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    gsm8k = str(shared_path("gsm8k", "test.jsonl"))
     torch.manual_seed(0)
     rm = RewardModel(pretrained=gguf)  # a random head: scores to compare, not to trust
     meta = dict(tokenizer=gguf, vocab_size=49152, pad_id=2, chat_format="chatml")
