@@ -114,8 +114,9 @@ def main(argv=None):
     info = {k: v for k, v in vars(args).items() if k not in ("out",)}
     info.update(dtype=dtype, seconds=round(time.time() - start), gold="verifiable.gsm8k_reward")
     info["proxy_trained_on"] = meta.get("source") or meta.get("groups")
-    with atomic_write(args.out, "w") as f:
-        json.dump(dict(info=info, questions=results), f, indent=0)
+    with atomic_write(args.out, "w") as f:  # one line per question: a readable diff
+        rows = ",\n".join(json.dumps(q) for q in results)
+        f.write(f'{{"info": {json.dumps(info)},\n"questions": [\n{rows}\n]}}\n')
     right = sum(sum(q["gold"]) for q in results)
     print(f"wrote {args.out}: {right:.0f} of {len(results) * args.k} answers right")
 
