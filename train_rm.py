@@ -70,7 +70,7 @@ from reward import LOSSES, LMRegularizedRewardModel, RewardModel, accuracy
 
 # A feature behind a flag is imported where its flag is handled, so a default run loads only
 # what it runs: --fsdp (nanorm/fsdp.py), --lora_rank (nanorm/lora.py), --length_head
-# (nanorm/length_head.py), --train_layers's cache (nanorm/cache.py), and the built-in data's
+# (nanorm/length_head.py), --subset_experts (nanorm/subset_experts.py), --train_layers's cache (nanorm/cache.py), and the built-in data's
 # labelling (data/arith/prepare.py, which uses verifiable.py).
 
 EVAL_SHOWN = ("loss", "acc", "margin")  # of evaluate's metrics, printed at each evaluation
@@ -129,6 +129,12 @@ class TrainConfig:
     length_head: bool = opt(False, "ODIN: a second head absorbs response length; the first scores")
     length_coef: float | None = opt(
         None, "--length_head: weight of ODIN's terms (default: length_head.LENGTH_COEF)"
+    )
+    subset_experts: bool = opt(
+        False, "a reward head per subset, mixed by a gate taught the subset (subset_experts.py)"
+    )
+    gate_coef: float | None = opt(
+        None, "--subset_experts: weight of the gate's cross-entropy (default: GATE_COEF)"
     )
     calibrate_length: bool = opt(False, "fit, store the length calibration (nanorm/calibrate.py)")
     epochs: int = opt(
@@ -189,6 +195,17 @@ def build_model(cfg, meta):
         if Model is not RewardModel:
             raise UsageError("--length_head is a second head of the plain RM: use --lm_coef 0")
         Model = LengthDebiasedRewardModel
+    if cfg.subset_experts:
+        from nanorm.subset_experts import SubsetExpertsRewardModel  # --subset_experts
+
+        if Model is not RewardModel:
+            raise UsageError("--subset_experts: a plain RM's heads, use --lm_coef 0 alone")
+        if len(meta.get("groups") or []) < 2:
+            raise UsageError(
+                f"--subset_experts: {cfg.dataset}'s meta.json names no subsets (groups): "
+                "prepare data from several sources, or leave the flag out"
+            )
+        Model = SubsetExpertsRewardModel
     if cfg.pack and Model is LMRegularizedRewardModel:
         raise UsageError("--pack packs the plain reward model's pair: use it with --lm_coef 0")
     if cfg.init != "scratch" and not os.path.exists(cfg.init):
@@ -205,6 +222,8 @@ def build_model(cfg, meta):
             rm = Model.from_backbone_checkpoint(cfg.init)
         except ValueError as e:  # the readers' "wrong format, shapes do not fit": one line
             raise UsageError(str(e) if cfg.init in str(e) else f"{cfg.init}: {e}") from None
+    if cfg.subset_experts:
+        rm.set_experts(len(meta["groups"]))
     vocab = rm.backbone.config.vocab_size
     if vocab < meta["vocab_size"]:
         raise UsageError(
@@ -239,14 +258,20 @@ def train_top_layers(rm, n):
     if not 0 < n <= len(layers):
         raise UsageError(f"--train_layers {n}: the model has {len(layers)} layers")
     rm.requires_grad_(False)
-    heads = [rm.head, getattr(rm, "length_head", None)]  # --length_head's second head trains too
+    heads = [rm.head, *(getattr(rm, k, None) for k in EXTRA_HEADS)]  # they train too
     for module in (*layers[len(layers) - n :], rm.backbone.norm, *filter(None, heads)):
         module.requires_grad_(True)
 
 
+# heads beside rm.head: --length_head's, --subset_experts' experts and gate
+EXTRA_HEADS = ("length_head", "experts", "gate")
+
+
 def make_optimizer(rm, cfg, device):
-    """AdamW on the weights that train, with decay on matrices only (never norms and biases)."""
-    head = {id(p) for p in rm.head.parameters()} if cfg.head_lr else set()
+    """AdamW on the weights that train, with decay on matrices only (never norms and biases);
+    --head_lr: every head at its own peak."""
+    heads = [rm.head, *filter(None, (getattr(rm, k, None) for k in EXTRA_HEADS))]
+    head = {id(p) for m in heads for p in m.parameters()} if cfg.head_lr else set()
     params = [p for p in rm.parameters() if p.requires_grad]
     body = [p for p in params if id(p) not in head]
     groups = [
@@ -301,16 +326,23 @@ class PairStep(nn.Module):
             self.options["lm_coef"] = cfg.lm_coef
         if hasattr(rm, "length_head") and cfg.length_coef is not None:  # --length_head
             self.options["length_coef"] = cfg.length_coef
+        self.grouped = hasattr(rm, "gate")  # --subset_experts: the gate learns each pair's subset
+        if self.grouped and cfg.gate_coef is not None:
+            self.options["gate_coef"] = cfg.gate_coef
 
     def forward(self, b):
+        options = dict(self.options, groups=b.groups) if self.grouped else self.options
         if self.pack:  # one row per pair, the prompt computed once (data/pairs.py pack_pairs)
             row = (b.tokens, b.segments, b.positions, b.chosen_end, b.rejected_end)
             flex = b.tokens.is_cuda  # FlexAttention's block mask on CUDA
-            objective, stats = self.rm.loss_packed(*row, **self.options, flex=flex, states=b.states)
+            objective, stats = self.rm.loss_packed(*row, **options, flex=flex, states=b.states)
         else:
             pair = (b.chosen, b.chosen_mask, b.rejected, b.rejected_mask, b.chosen_response_mask)
-            objective, stats = self.rm.loss(*pair, **self.options)
+            objective, stats = self.rm.loss(*pair, **options)
         return dict(stats, objective=objective)
+
+
+MODEL_TERMS = ("lm_loss", "rho_quality", "rho_length", "gate_loss", "gate_acc")
 
 
 def step_figures(out):
@@ -322,9 +354,7 @@ def step_figures(out):
     figures = dict(objective=out["objective"].detach().float(), loss=out["rm_loss"].float())
     figures.update(acc=accuracy(r_c, r_r), margin=(r_c - r_r).mean())
     figures.update(reward_chosen=r_c.mean(), reward_rejected=r_r.mean())
-    figures.update(
-        {k: out[k].float() for k in ("lm_loss", "rho_quality", "rho_length") if k in out}
-    )
+    figures.update({k: out[k].float() for k in MODEL_TERMS if k in out})
     return figures
 
 
@@ -465,6 +495,7 @@ def main(argv=None):
             row["tok_per_s"], line = speed.report(rm, proc, step - start_step, cfg.max_iters - step)
             log(row)
             lm = f" | lm {row['lm_loss']:.4f}" if "lm_loss" in row else ""
+            lm += f" | gate acc {row['gate_acc']:.3f}" if "gate_acc" in row else ""
             say(
                 f"step {step}/{cfg.max_iters} | mean of {n_logged} steps: loss {row['loss']:.4f} | "
                 f"acc {row['acc']:.3f}{lm} | margin {row['margin']:.3f} | lr {lr:.2e} | {line}"

@@ -78,10 +78,13 @@ class Batch:
     rejected_mask: torch.Tensor
     chosen_response_mask: torch.Tensor  # (B, T) 1 on the chosen response's tokens (LM term)
     n_tokens: int  # real (non-padding) tokens in the batch
+    groups: torch.Tensor | None = None  # (B,) each pair's subset, where the data has subsets
 
     def to(self, device):
         for k in ("chosen", "chosen_mask", "rejected", "rejected_mask", "chosen_response_mask"):
             setattr(self, k, getattr(self, k).to(device, non_blocking=True))
+        if self.groups is not None:
+            self.groups = self.groups.to(device, non_blocking=True)
         return self
 
 
@@ -115,7 +118,13 @@ class PairDataset:
         starts = torch.tensor([len(p) for p, _, _ in items])[:, None]  # (B, 1) chosen's first
         mask = (t < ends).long()
         resp = ((t >= starts) & (t < ends[:B])).long()  # (B, T) 1 on the chosen response
-        return Batch(tokens[:B], mask[:B], tokens[B:], mask[B:], resp, int(ends.sum()))
+        b = Batch(tokens[:B], mask[:B], tokens[B:], mask[B:], resp, int(ends.sum()))
+        b.groups = self.groups_of(indices)
+        return b
+
+    def groups_of(self, indices):
+        """(B,) the subsets of the pairs at indices, or None for data without subsets."""
+        return None if self.groups is None else torch.as_tensor(self.groups[list(indices)])
 
     def lengths(self, packed=False):
         """(N,) length of each pair's row: prompt + the longer response (plain), or prompt +
@@ -127,6 +136,7 @@ class PairDataset:
         """The pairs at indices as one PackedBatch, each prompt once (see pack_pairs below);
         with a cache.FrozenCache of this data, the frozen layers' stored output too."""
         b = pack_pairs([self[i] for i in indices], pad_id)
+        b.groups = self.groups_of(indices)
         if cache is not None:
             b.states = (cache.first, cache.rows(indices, b.tokens.size(1)))
         return b
@@ -270,10 +280,13 @@ class PackedBatch:
     n_tokens: int  # tokens of the two plain sequences (the prompt twice): comparable with Batch
     n_packed: int  # real tokens in the packed rows (the prompt once): what is computed
     states: tuple | None = None  # (first, (B, T, dim)): frozen layers' output, from nanorm/cache.py
+    groups: torch.Tensor | None = None  # (B,) each pair's subset, where the data has subsets
 
     def to(self, device):
         for k in ("tokens", "segments", "positions", "chosen_end", "rejected_end"):
             setattr(self, k, getattr(self, k).to(device, non_blocking=True))
+        if self.groups is not None:
+            self.groups = self.groups.to(device, non_blocking=True)
         if self.states is not None:
             self.states = (self.states[0], self.states[1].to(device, non_blocking=True))
         return self

@@ -211,6 +211,10 @@ def load_reward_model(path, ckpt=None):
     "kind" names, or the class that scores for it (SCORED_AS)."""
     ckpt = ckpt or load_checkpoint(path)
     kind, drop = SCORED_AS.get(ckpt["kind"], (ckpt["kind"], None))
+    if kind == "SubsetExpertsRewardModel":  # --subset_experts' model, read where it is met
+        from nanorm.subset_experts import SubsetExpertsRewardModel
+
+        return model_from_dict(SubsetExpertsRewardModel, ckpt, path)
     if kind not in KINDS:
         raise UsageError(f"{path}: kind {ckpt['kind']!r} is not one of {list(KINDS)}")
     if drop:  # the heads that only training reads
