@@ -14,6 +14,7 @@ train_rm.py, eval_rm.py, data/) lean on, one concept per file. A first reading c
     lora.py          LoRA adapters (--lora_rank), merged into the checkpoint
     fsdp.py          sharding the model over the ranks (--fsdp)
     length_head.py   ODIN's length head (--length_head)
+    subset_experts.py  a reward head per subset of the data, mixed by a gate (--subset_experts)
     calibrate.py     post-hoc length calibration and reward normalization
     report.py        what an evaluation reports: accuracy against length heuristics, plots
     runtime.py       a run's plumbing: processes under torchrun, out_dir, log, curves, speed

@@ -122,7 +122,7 @@ def test_a_run_loads_what_it_runs(tmp_path):
     assert len(loaded("import reward")) <= 8, loaded("import reward")
     assert len(loaded("import critic")) <= 8, loaded("import critic")
     # a second default run (the data already built): the verifier labels the data, training
-    # never imports it; the cache, LoRA, FSDP and ODIN stay out behind their flags
+    # never imports it; the cache, LoRA, FSDP, ODIN and the subset experts stay behind flags
     args = ["--out_dir", str(tmp_path / "a"), "--max_iters", "2", "--eval_interval", "2"]
     args += ["--eval_pairs", "8", "--batch_size", "4"]
     run = f"import train_rm; train_rm.main({args!r})"
@@ -131,6 +131,7 @@ def test_a_run_loads_what_it_runs(tmp_path):
     mods = loaded(f"import train_rm; train_rm.main({args!r})") + ["train_rm"]
     assert len(set(mods)) <= 18, sorted(set(mods))
     flagged = {"verifiable", "nanorm.cache", "nanorm.lora", "nanorm.fsdp", "nanorm.length_head"}
+    flagged.add("nanorm.subset_experts")
     assert not flagged & set(mods), flagged & set(mods)
 
 

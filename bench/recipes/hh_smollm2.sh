@@ -8,7 +8,7 @@
 #   MAX_TRAIN=800 DATA=data/hh_rlhf/smollm2-hh-800 LR=3e-5 HEAD_LR=0 DTYPE=float32 \
 #       bash bench/recipes/hh_smollm2.sh                   # row A of README.md (fp32, 800 per subset)
 #
-# The defaults are the best row measured so far (D in README.md: 0.566 overall, 61 minutes).
+# The defaults are the best row measured so far (F in README.md: --subset_experts, one epoch).
 #
 # Configurations measured so far, and what each buys: bench/recipes/README.md.
 #
@@ -41,14 +41,15 @@ HH=${HH:-../shared/data/hh-rlhf}
 OUT=${OUT:-out/hh-smollm2}
 DATA=${DATA:-data/hh_rlhf/smollm2-hh-all}  # another MAX_TRAIN needs another DATA
 LAYERS=${LAYERS:-4}
-EPOCHS=${EPOCHS:-2}
+EPOCHS=${EPOCHS:-1}
 LR=${LR:-1e-4}
 HEAD_LR=${HEAD_LR:-3e-3}
 DTYPE=${DTYPE:-auto}  # bf16 where the CPU has native bf16 (nanorm/runtime.auto_dtype), else fp32
 BATCH=${BATCH:-8}
 MAX_LEN=${MAX_LEN:-320}
 MAX_TRAIN=${MAX_TRAIN:-100000}  # training pairs per subset: all of them (6,806 in all)
-CALIBRATE=${CALIBRATE:-true}  # also fit the length calibration on the training pairs (calibrate.py)
+CALIBRATE=${CALIBRATE:-false}  # true: also fit the length calibration (calibrate.py), ~3 min
+EXPERTS=${EXPERTS:-true}    # a reward head per subset, mixed by a gate (nanorm/subset_experts.py)
 BALANCE=${BALANCE:-none}    # sampling: none, length, subset, subset+length (data/pairs.py)
 EXTRA=${EXTRA:-}            # e.g. EXTRA="--length_head --length_coef 0.03" (ODIN, length_head.py)
 
@@ -62,7 +63,7 @@ python train_rm.py --init "$GGUF" --dataset "$DATA" --out_dir "$OUT" --overwrite
     --lr "$LR" --min_lr "$(python -c "print($LR / 10)")" --head_lr "$HEAD_LR" --warmup 20 \
     --weight_decay 0 --eval_first false --eval_interval 100000 --eval_pairs 100000 \
     --log_interval 50 --calibrate_length "$CALIBRATE" \
-    --balance "$BALANCE" --seed "${SEED:-1337}" $EXTRA
+    --balance "$BALANCE" --seed "${SEED:-1337}" --subset_experts "$EXPERTS" $EXTRA
 python - "$OUT" <<'PY'
 import json, os, sys
 out = sys.argv[1]
