@@ -22,7 +22,9 @@ layers' output computed once per pair and cached (nanorm/cache.py); --epochs N; 
 (nanorm/lora.py); --fsdp shards the model over the ranks (nanorm/fsdp.py). Length
 (bench/README.md, "Length under control"): --length_head trains ODIN's second head
 (nanorm/length_head.py); --calibrate_length fits the reward's length dependence on the training
-pairs and stores it (nanorm/calibrate.py, out_dir/calibrated/). The run's plumbing (processes,
+pairs and stores it (nanorm/calibrate.py, out_dir/calibrated/). Subsets that disagree (HH-RLHF's
+harmless and helpful): --subset_experts gives each its own head, mixed by a gate that learns the
+subset from the text (nanorm/subset_experts.py). The run's plumbing (processes,
 out_dir, log, speed) is nanorm/runtime.py's; the held-out evaluation is eval_rm.evaluate, its
 report nanorm/report.py's; ckpt.pt is nanorm/ckpt.py's.
 
