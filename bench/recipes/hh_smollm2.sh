@@ -4,9 +4,10 @@
 #   bash bench/recipes/hh_smollm2.sh                       # reads ../shared/data, writes out/hh-smollm2/
 #   /usr/bin/time -v bash bench/recipes/hh_smollm2.sh      # with its wall time and peak memory
 #   GGUF=path/to/SmolLM2-135M-Instruct.Q4_1.gguf HH=path/to/hh-rlhf bash bench/recipes/hh_smollm2.sh
-#   EPOCHS=1 BALANCE=length OUT=out/hh-e bash bench/recipes/hh_smollm2.sh   # row E, reuses the cache
+#   SEED=2 OUT=out/hh-f2 bash bench/recipes/hh_smollm2.sh  # row F, another seed, reuses the cache
+#   EXPERTS=false EPOCHS=2 CALIBRATE=true OUT=out/hh-d bash bench/recipes/hh_smollm2.sh  # row D
 #   MAX_TRAIN=800 DATA=data/hh_rlhf/smollm2-hh-800 LR=3e-5 HEAD_LR=0 DTYPE=float32 \
-#       bash bench/recipes/hh_smollm2.sh                   # row A of README.md (fp32, 800 per subset)
+#       EXPERTS=false EPOCHS=2 CALIBRATE=true bash bench/recipes/hh_smollm2.sh   # row A (fp32)
 #
 # The defaults are the best row measured so far (F in README.md: --subset_experts, one epoch).
 #
@@ -21,18 +22,21 @@
 #      byte-level BPE vocabulary (read from the .gguf), the reward read at the <|im_end|> that
 #      ends the response, holds out a fixed, seeded 20% of EACH subset (1,699 pairs), and keeps
 #      MAX_TRAIN of each subset's other pairs to train on (all of them: MAX_TRAIN=100000).
-#   2. train_rm.py trains the top LAYERS of SmolLM2's 30 layers and a scalar head, one model on
-#      the union of the four training parts, for EPOCHS passes. The bottom layers are frozen:
-#      their output is computed once per pair and cached on disk (cache.py, in the dataset's
-#      cache/ folder; a second run with the same data and checkpoint reuses it), so a pass costs
-#      the top layers only. Each pair is one packed row [prompt | chosen | rejected].
+#   2. train_rm.py trains the top LAYERS of SmolLM2's 30 layers and the heads, one model on the
+#      union of the four training parts, for EPOCHS passes. EXPERTS=true (--subset_experts): a
+#      shared head plus one head per subset, mixed by a gate taught each pair's subset, so one
+#      model holds harmless-base's taste beside the helpful subsets' (nanorm/subset_experts.py).
+#      The bottom layers are frozen: their output is computed once per pair and cached on disk
+#      (cache.py, in the dataset's cache/ folder; a second run with the same data and checkpoint
+#      reuses it), so a pass costs the top layers only. Each pair is one packed row
+#      [prompt | chosen | rejected].
 #      DTYPE=auto (the default) computes the cache and the trained layers under bf16 autocast
 #      where the CPU multiplies bf16 natively (AVX512-BF16 or AMX: 1.75x the cache's pairs/s on
 #      a Zen 4 EPYC), fp32 elsewhere; the weights, head, loss and reward differences stay fp32.
 #   3. The held-out pairs of every subset are scored at each epoch's end; the last evaluation
 #      writes OUT/eval.json (per subset) and its plots, and the summary below.
-#   4. --calibrate_length: the line of reward on log(response tokens) is fitted on the training
-#      pairs' rewards and stored in ckpt.pt (score.py and eval_rm.py then serve r minus it);
+#   4. CALIBRATE=true (--calibrate_length): the line of reward on log(response tokens) is fitted
+#      on the training pairs' rewards and stored in ckpt.pt (score.py and eval_rm.py serve r - it);
 #      OUT/calibrated/eval.json is the held-out report of the calibrated rewards.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
