@@ -63,6 +63,11 @@ def permute_to_hf(w, n_heads, head_dim):
 
 def hf_state_dict(model):
     """HF names -> float32 tensors of a ScalarHeadModel: the backbone and `score.weight`."""
+    if hasattr(model, "gate"):  # --subset_experts: a gated mixture is not one Linear(dim, 1)
+        raise ValueError(
+            "a subset-experts model's reward mixes several heads through a gate; HF's "
+            "LlamaForSequenceClassification has one linear score: score it with nanoRM instead"
+        )
     bias = model.head.bias
     if bias is not None and bias.item() != 0.0:
         raise ValueError(

@@ -55,7 +55,10 @@ def main(argv=None):
     tok_file = args.tokenizer  # default: the checkpoint's own
     tok = load_tokenizer(tok_file) if tok_file else checkpoint_tokenizer(ckpt or args.ckpt)
     if args.export_hf is not None:  # records the calibration and normalization in config.json
-        export_hf(model, args.export_hf, tok, meta, record=ckpt)
+        try:
+            export_hf(model, args.export_hf, tok, meta, record=ckpt)
+        except ValueError as e:  # a head HF's score cannot hold (a bias, a gated mixture)
+            p.error(str(e))
         return
     fmt = chat_format(tok, meta.get("chat_format", "auto"))  # the layout it was trained on
     pair = {"prompt": args.prompt, "chosen": args.response, "rejected": args.response}

@@ -147,6 +147,10 @@ def test_checkpoint_keeps_its_number_of_experts(tmp_path):
     tokens, mask = pad([[1, 5, 11, 2], [1, 6, 12, 13, 2]])
     torch.testing.assert_close(loaded(tokens, mask), model.eval()(tokens, mask))
     assert new_head(32).weight.shape == (1, 32)  # the shared head is the plain one's
+    from nanorm.export_hf import hf_state_dict
+
+    with pytest.raises(ValueError, match="one linear score"):  # export would drop the experts
+        hf_state_dict(loaded)
 
 
 def write_source(path, rng, n, topic):
