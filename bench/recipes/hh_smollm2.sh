@@ -4,12 +4,14 @@
 #   bash bench/recipes/hh_smollm2.sh                       # reads ../shared/data, writes out/hh-smollm2/
 #   /usr/bin/time -v bash bench/recipes/hh_smollm2.sh      # with its wall time and peak memory
 #   GGUF=path/to/SmolLM2-135M-Instruct.Q4_1.gguf HH=path/to/hh-rlhf bash bench/recipes/hh_smollm2.sh
-#   SEED=2 OUT=out/hh-f2 bash bench/recipes/hh_smollm2.sh  # row F, another seed, reuses the cache
-#   EXPERTS=false EPOCHS=2 CALIBRATE=true OUT=out/hh-d bash bench/recipes/hh_smollm2.sh  # row D
+#   SEED=2 OUT=out/hh-h2 bash bench/recipes/hh_smollm2.sh  # row H, another seed, reuses the cache
+#   LR=1e-4 OUT=out/hh-f bash bench/recipes/hh_smollm2.sh  # row F
+#   LR=1e-4 EXPERTS=false EPOCHS=2 CALIBRATE=true OUT=out/hh-d bash bench/recipes/hh_smollm2.sh  # D
 #   MAX_TRAIN=800 DATA=data/hh_rlhf/smollm2-hh-800 LR=3e-5 HEAD_LR=0 DTYPE=float32 \
 #       EXPERTS=false EPOCHS=2 CALIBRATE=true bash bench/recipes/hh_smollm2.sh   # row A (fp32)
 #
-# The defaults are the best row measured so far (F in README.md: --subset_experts, one epoch).
+# The defaults are the best row measured so far (H in README.md: --subset_experts, one epoch,
+# lr 2e-4).
 #
 # Configurations measured so far, and what each buys: bench/recipes/README.md.
 #
@@ -46,7 +48,7 @@ OUT=${OUT:-out/hh-smollm2}
 DATA=${DATA:-data/hh_rlhf/smollm2-hh-all}  # another MAX_TRAIN needs another DATA
 LAYERS=${LAYERS:-4}
 EPOCHS=${EPOCHS:-1}
-LR=${LR:-1e-4}
+LR=${LR:-2e-4}
 HEAD_LR=${HEAD_LR:-3e-3}
 DTYPE=${DTYPE:-auto}  # bf16 where the CPU has native bf16 (nanorm/runtime.auto_dtype), else fp32
 BATCH=${BATCH:-8}
