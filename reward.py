@@ -223,7 +223,12 @@ class RewardModel(ScalarHeadModel):
         else:
             last = last_real_index(attention_mask)
         h = self.backbone.hidden_states(input_ids, attention_mask, at=last[:, None])  # (B, 1, dim)
-        return apply_head(self.head, h[:, 0])  # (B,)
+        return self.score(h[:, 0])  # (B,)
+
+    def score(self, h):
+        """The reward of final states h (..., dim): the head. A model with other heads (the
+        subset experts) says here how they make the reward; every forward reads through it."""
+        return apply_head(self.head, h)
 
     def forward_pair(self, chosen, chosen_mask, rejected, rejected_mask):
         """(r_chosen, r_rejected), each (B,), from one backbone call on the 2B rows: half the
@@ -278,7 +283,7 @@ class RewardModel(ScalarHeadModel):
         h = self.packed_end_states(
             tokens, segments, positions, chosen_end, rejected_end, flex, states
         )
-        r = apply_head(self.head, h)  # (B, 2)
+        r = self.score(h)  # (B, 2)
         return r[:, 0], r[:, 1]
 
     def packed_end_states(

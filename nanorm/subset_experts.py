@@ -64,25 +64,9 @@ class SubsetExpertsRewardModel(RewardModel):
             mixed = (logits.softmax(-1) * self.experts(h)).sum(-1)
             return apply_head(self.head, h) + mixed, logits
 
-    def forward(self, input_ids, attention_mask=None, **kwargs):
-        """Rewards (B,) from the state at each row's last real token, as RewardModel's."""
-        B, T = input_ids.shape
-        if attention_mask is None:
-            last = torch.full((B,), T - 1, device=input_ids.device)
-        else:
-            last = last_real_index(attention_mask)
-        h = self.backbone.hidden_states(input_ids, attention_mask, at=last[:, None])[:, 0]
+    def score(self, h):
+        """The reward of final states h (..., dim): what RewardModel's forwards read."""
         return self.reward_and_gate(h)[0]
-
-    def forward_pair_packed(
-        self, tokens, segments, positions, chosen_end, rejected_end, flex=False, states=None
-    ):
-        """(r_chosen, r_rejected) on packed rows, as RewardModel's."""
-        h = self.packed_end_states(
-            tokens, segments, positions, chosen_end, rejected_end, flex, states
-        )
-        r = self.reward_and_gate(h)[0]  # (B, 2)
-        return r[:, 0], r[:, 1]
 
     def loss(
         self,
