@@ -72,8 +72,9 @@ from reward import LOSSES, LMRegularizedRewardModel, RewardModel, accuracy
 
 # A feature behind a flag is imported where its flag is handled, so a default run loads only
 # what it runs: --fsdp (nanorm/fsdp.py), --lora_rank (nanorm/lora.py), --length_head
-# (nanorm/length_head.py), --subset_experts (nanorm/subset_experts.py), --train_layers's cache (nanorm/cache.py), and the built-in data's
-# labelling (data/arith/prepare.py, which uses verifiable.py).
+# (nanorm/length_head.py), --subset_experts (nanorm/subset_experts.py), --train_layers's cache
+# (nanorm/cache.py), and the built-in data's labelling (data/arith/prepare.py, which uses
+# verifiable.py).
 
 EVAL_SHOWN = ("loss", "acc", "margin")  # of evaluate's metrics, printed at each evaluation
 
@@ -260,20 +261,22 @@ def train_top_layers(rm, n):
     if not 0 < n <= len(layers):
         raise UsageError(f"--train_layers {n}: the model has {len(layers)} layers")
     rm.requires_grad_(False)
-    heads = [rm.head, *(getattr(rm, k, None) for k in EXTRA_HEADS)]  # they train too
-    for module in (*layers[len(layers) - n :], rm.backbone.norm, *filter(None, heads)):
+    for module in (*layers[len(layers) - n :], rm.backbone.norm, *heads_of(rm)):
         module.requires_grad_(True)
 
 
-# heads beside rm.head: --length_head's, --subset_experts' experts and gate
-EXTRA_HEADS = ("length_head", "experts", "gate")
+def heads_of(rm):
+    """rm.head and the heads beside it (--length_head's, --subset_experts' experts and gate)."""
+    return [
+        rm.head,
+        *filter(None, (getattr(rm, k, None) for k in ("length_head", "experts", "gate"))),
+    ]
 
 
 def make_optimizer(rm, cfg, device):
     """AdamW on the weights that train, with decay on matrices only (never norms and biases);
     --head_lr: every head at its own peak."""
-    heads = [rm.head, *filter(None, (getattr(rm, k, None) for k in EXTRA_HEADS))]
-    head = {id(p) for m in heads for p in m.parameters()} if cfg.head_lr else set()
+    head = {id(p) for m in heads_of(rm) for p in m.parameters()} if cfg.head_lr else set()
     params = [p for p in rm.parameters() if p.requires_grad]
     body = [p for p in params if id(p) not in head]
     groups = [
