@@ -5,6 +5,7 @@
 #   /usr/bin/time -v bash bench/recipes/hh_smollm2.sh      # with its wall time and peak memory
 #   GGUF=path/to/SmolLM2-135M-Instruct.Q4_1.gguf HH=path/to/hh-rlhf bash bench/recipes/hh_smollm2.sh
 #   SEED=2 OUT=out/hh-h2 bash bench/recipes/hh_smollm2.sh  # row H, another seed, reuses the cache
+#   LR=4e-4 OUT=out/hh-i bash bench/recipes/hh_smollm2.sh  # row I
 #   LR=1e-4 OUT=out/hh-f bash bench/recipes/hh_smollm2.sh  # row F
 #   LR=1e-4 EXPERTS=false EPOCHS=2 CALIBRATE=true OUT=out/hh-d bash bench/recipes/hh_smollm2.sh  # D
 #   MAX_TRAIN=800 DATA=data/hh_rlhf/smollm2-hh-800 LR=3e-5 HEAD_LR=0 DTYPE=float32 \
