@@ -53,6 +53,7 @@ from data.bpe import BPETokenizer, bpe_tokenizer_files
 from data.chat import chat_format as find_format
 from data.tokenizer import SentencePieceTokenizer
 from nanorm.checkpoints import HF_NAMES
+from reward import RewardModel
 
 
 def permute_to_hf(w, n_heads, head_dim):
@@ -63,10 +64,10 @@ def permute_to_hf(w, n_heads, head_dim):
 
 def hf_state_dict(model):
     """HF names -> float32 tensors of a ScalarHeadModel: the backbone and `score.weight`."""
-    if hasattr(model, "gate"):  # --subset_experts: a gated mixture is not one Linear(dim, 1)
+    if type(model).score is not RewardModel.score:  # e.g. --subset_experts' gated mixture
         raise ValueError(
-            "a subset-experts model's reward mixes several heads through a gate; HF's "
-            "LlamaForSequenceClassification has one linear score: score it with nanoRM instead"
+            f"a {type(model).__name__}'s reward is not its one head (its score(h) mixes others); "
+            "HF's LlamaForSequenceClassification has one linear score: score it with nanoRM instead"
         )
     bias = model.head.bias
     if bias is not None and bias.item() != 0.0:
