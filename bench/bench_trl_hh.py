@@ -6,6 +6,8 @@ the same held-out report, so its eval.json reads beside bench/recipes/hh_smollm2
     python bench/bench_trl_hh.py --data data/hh_rlhf/smollm2-hh-all --minutes 30 --out out/trl-hh
     python bench/bench_trl_hh.py --data data/hh_rlhf/smollm2-hh-all --minutes 30 --train_layers 4 \
         --dtype bfloat16 --out out/trl-hh-top4                 # the recipe's trained weights
+    python bench/bench_trl_hh.py --data data/hh_rlhf/smollm2-hh-all --train_layers 4 \
+        --dtype bfloat16 --out out/trl-hh-equal        # the recipe's pairs: 1 h 40 min on 2 cores
     python bench/bench_trl_hh.py --data DIR --pairs 16 --max_eval_pairs 16 --threads 1 --out /tmp/t
 
 --data is a dataset data/hh_rlhf/prepare.py wrote (the recipe's command, MAX_TRAIN=100000, gives
