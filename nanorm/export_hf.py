@@ -64,7 +64,8 @@ def permute_to_hf(w, n_heads, head_dim):
 
 def hf_state_dict(model):
     """HF names -> float32 tensors of a ScalarHeadModel: the backbone and `score.weight`."""
-    if type(model).score is not RewardModel.score:  # e.g. --subset_experts' gated mixture
+    # e.g. --subset_experts' gated mixture; a Critic has no score(): its head is its one head
+    if getattr(type(model), "score", RewardModel.score) is not RewardModel.score:
         raise ValueError(
             f"a {type(model).__name__}'s reward is not its one head (its score(h) mixes others); "
             "HF's LlamaForSequenceClassification has one linear score: score it with nanoRM instead"

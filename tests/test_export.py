@@ -52,6 +52,16 @@ def hf_model(out):
     return transformers.AutoModelForSequenceClassification.from_pretrained(str(out)).eval()
 
 
+def test_a_critic_exports_its_one_head():
+    from critic import Critic
+    from nanorm.export_hf import hf_state_dict
+
+    critic = tiny_model(Critic)
+    tensors = hf_state_dict(critic)
+    assert torch.equal(tensors["score.weight"], critic.head.weight.float())
+    assert torch.equal(tensors["model.norm.weight"], critic.backbone.norm.weight.float())
+
+
 def test_permutation_is_the_inverse_of_the_readers():
     w = torch.randn(4 * 8, 16)
     assert torch.equal(_unpermute(permute_to_hf(w, 4, 8), 4, 8), w)
