@@ -29,7 +29,8 @@ train_rm.py and eval_rm.py report accuracy per subset. meta.json records the tok
 length heuristics.
 
 Nothing is lost by accident: an existing dataset is replaced only with --overwrite, and then
-whole (written aside, then renamed). Bad rows are reported by file and line and counted;
+whole (written aside, then renamed); an --out_dir that is a file, or a folder holding anything
+else, is refused with or without --overwrite. Bad rows are reported by file and line and counted;
 --strict stops at the first.
 """
 
@@ -163,11 +164,33 @@ def check_arguments(p, args):
         p.error("--max_len must be at least 8 and --vocab_size at least 256")
 
 
+DATASET_FILES = {"meta.json", "train.npz", "val.npz", "tok.model"}  # all this script writes
+
+
+def check_out_dir(out, overwrite):
+    """Refuse an --out_dir that holds anything but a dataset this script wrote: a file, or a
+    folder with other files in it, is the user's and is never replaced, --overwrite or not."""
+    if not os.path.lexists(out):
+        return
+    if not os.path.isdir(out) or os.path.islink(out):
+        fail(f"--out_dir {out} is a file, not a dataset folder: choose another --out_dir")
+    held = set(os.listdir(out))
+    if not held:
+        return  # an empty folder: nothing to lose
+    if "meta.json" not in held or not held <= DATASET_FILES:
+        fail(
+            f"--out_dir {out} holds files that are not a prepared dataset "
+            f"({', '.join(sorted(held - DATASET_FILES)[:3]) or 'no meta.json'}): "
+            "choose a new or empty --out_dir"
+        )
+    if not overwrite:
+        fail(f"{out} already holds a dataset: pass --overwrite to replace it, or --out_dir")
+
+
 def prepare(args, sources, out):
     """Read, split, tokenize and write sources to the folder out; -> meta.json's dict."""
     out = os.path.abspath(out)
-    if os.path.exists(os.path.join(out, "meta.json")) and not args.overwrite:
-        fail(f"{out} already holds a dataset: pass --overwrite to replace it, or --out_dir")
+    check_out_dir(out, args.overwrite)
     subsets, skipped, formats = read_sources(sources, args.subset_key, args.strict)
     splits = split(subsets, args.val_frac, args.seed, args.max_train)
     parent = os.path.dirname(out)

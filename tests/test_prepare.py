@@ -148,3 +148,46 @@ def test_sources_that_cannot_be_told_apart_or_read(tmp_path):
     (tmp_path / "x.csv").write_text("prompt,chosen,rejected\n")
     with pytest.raises(UsageError, match=r"x\.csv: not a preference file; give \.jsonl"):
         prepare_any(["--src", str(tmp_path / "x.csv"), *args])
+
+
+@pytest.mark.parametrize("what", ["folder", "file", "dataset_plus", "checkout"])
+def test_out_dir_that_is_not_a_dataset_is_never_touched(hh_folder, tmp_path, what, monkeypatch):
+    """--out_dir holding a user's folder, a file, a dataset with a stranger's file in it, or the
+    current folder (a checkout): refused in one line, --overwrite or not; every byte kept."""
+    tok = shared_path("llama2c", "stories260K", "tok512.bin")
+    out = tmp_path / "mine"
+    if what == "file":
+        out.write_text("my notes")
+    else:
+        out.mkdir()
+        (out / "notes.txt").write_text("my notes")
+        if what == "dataset_plus":
+            (out / "meta.json").write_text("{}")
+        if what == "checkout":
+            (out / ".git").mkdir()
+            (out / ".git" / "HEAD").write_text("ref: refs/heads/main")
+            monkeypatch.chdir(out)
+            out = "."
+
+    def snapshot():
+        root = tmp_path / "mine"
+        if root.is_file():
+            return root.read_bytes()
+        return {str(p): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+    before = snapshot()
+    for extra in ([], ["--overwrite"]):
+        with pytest.raises(UsageError, match="--out_dir .*(file|not a prepared dataset)"):
+            prepare_any(
+                ["--src", str(hh_folder), "--tokenizer", str(tok), "--out_dir", str(out), *extra]
+            )
+        assert snapshot() == before
+    assert sorted(os.listdir(tmp_path)) == ["hh", "mine"]  # nothing left aside
+
+
+def test_empty_out_dir_is_used(hh_folder, tmp_path):
+    tok = shared_path("llama2c", "stories260K", "tok512.bin")
+    out = tmp_path / "empty"
+    out.mkdir()
+    prepare_any(["--src", str(hh_folder), "--tokenizer", str(tok), "--out_dir", str(out)])
+    assert sorted(os.listdir(out)) == ["meta.json", "train.npz", "val.npz"]
