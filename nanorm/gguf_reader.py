@@ -18,6 +18,11 @@ Quantized types store blocks of 32 values along the innermost dimension, each wi
     Q4_1  20 bytes: float16 d, float16 m, 16 bytes of nibbles  value = d * nibble + m
 where value j < 16 is the low nibble of byte j and value j + 16 its high nibble.
 
+A file is untrusted until checked: every count, length, type, dimension and offset it claims is
+checked against its size before anything is allocated or looped over (as llama.cpp's gguf.cpp
+does), and the llama.* sizes a model is built from against the tensors present, so a damaged or
+hostile file of a few KB is a ValueError naming the file and the field, never gigabytes.
+
 The module is named gguf_reader, not gguf, so that it does not shadow the `gguf` package that
 transformers imports to read the same files (tests compare against it in one process).
 
@@ -30,7 +35,9 @@ architecture becomes a checkpoint.
 if __name__ == "__main__" and not __package__:  # run as a file, the project root is not on the path
     raise SystemExit(f"{__file__} is part of the nanorm library: run python -m nanorm.gguf_reader")
 
+import math
 import os
+import reprlib
 import struct
 import sys
 from dataclasses import dataclass
@@ -111,7 +118,7 @@ class TensorInfo:
     @property
     def nbytes(self):
         _, block, size = GGML_TYPES[self.type]
-        return int(np.prod(self.dims, dtype=np.int64)) // block * size
+        return math.prod(self.dims) // block * size  # Python ints: a huge claim cannot wrap
 
 
 @dataclass
@@ -124,8 +131,18 @@ class GGUF:
     data: np.memmap  # the whole file as uint8; nothing is read until a tensor is sliced
 
 
+class _Bad(ValueError):
+    """What is wrong with the field being read; _parse names the file and the field."""
+
+
+MAX_DIMS = 4  # ggml's GGML_MAX_DIMS
+MAX_NESTING = 8  # arrays of arrays: the format allows them, no known file goes past 2
+_MIN_SIZE = {_STRING: 8, _ARRAY: 12}  # the fewest bytes a value of a type can take
+
+
 class _Cursor:
-    """Reads values front to back from a buffer; a read past its end raises IndexError."""
+    """Reads values front to back from a buffer; a read past its end raises IndexError. Every
+    count is checked against the bytes left before anything is made from it."""
 
     def __init__(self, buf):
         self.buf, self.pos = buf, 0
@@ -140,32 +157,45 @@ class _Cursor:
 
     def string(self):
         n = self.unpack("Q")
-        if self.pos + n > len(self.buf):
-            raise IndexError
-        s = bytes(self.buf[self.pos : self.pos + n]).decode("utf-8")
+        if n > len(self.buf) - self.pos:
+            raise _Bad(f"a string of {n:,} bytes, past the end of the file")
+        try:
+            s = bytes(self.buf[self.pos : self.pos + n]).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise _Bad(f"a string that is not UTF-8 (byte {e.start} of {n})") from None
         self.pos += n
         return s
 
-    def value(self, vtype):
+    def value(self, vtype, depth=0):
         if vtype in _SCALARS:
             return self.unpack(_SCALARS[vtype])
         if vtype == _STRING:
             return self.string()
         if vtype != _ARRAY:
-            raise ValueError(f"unknown metadata value type {vtype}")
+            raise _Bad(f"unknown value type {vtype} (0 to 12 are GGUF's)")
+        if depth == MAX_NESTING:
+            raise _Bad(f"arrays nested more than {MAX_NESTING} deep")
         etype, n = self.unpack("IQ")
+        if etype in _SCALARS:
+            size = struct.calcsize(_SCALARS[etype])
+        elif etype in _MIN_SIZE:
+            size = _MIN_SIZE[etype]
+        else:
+            raise _Bad(f"an array of unknown value type {etype} (0 to 12 are GGUF's)")
+        if n * size > len(self.buf) - self.pos:
+            raise _Bad(f"an array of {n:,} values, more than the rest of the file holds")
         if etype in _SCALARS:  # one numpy read for the whole array (49k token types, scores)
             dtype = np.dtype("<" + _SCALARS[etype])
-            if self.pos + n * dtype.itemsize > len(self.buf):
-                raise IndexError
             arr = np.frombuffer(self.buf, dtype, count=n, offset=self.pos)
             self.pos += n * dtype.itemsize
             return arr.tolist()
-        return [self.value(etype) for _ in range(n)]  # strings (the vocabulary) or arrays
+        return [self.value(etype, depth + 1) for _ in range(n)]  # strings (the vocabulary), arrays
 
 
 def _parse(path, with_tensors):
-    """Metadata, and (with_tensors) the tensor table, from one memory map of the file."""
+    """Metadata, and (with_tensors) the tensor table, from one memory map of the file. Every
+    count, length, type and offset is checked against the file before it is used: a damaged or
+    hostile file is a ValueError naming the file and the field."""
     path = str(path)
     size = os.path.getsize(path)
     if size < 24:  # magic, version and the two counts
@@ -182,33 +212,76 @@ def _parse(path, with_tensors):
             f"{path}: GGUF version {version} is not supported (2 and 3 are; 1 is from 2023 and "
             f"a huge number means a big-endian file)"
         )
+    n_tensors, n_kv = cur.unpack("QQ")
+    # the fewest bytes an entry takes: a key/value 8 + 4 + 1, a tensor 8 + 4 + 8 + 4 + 8
+    for count, name, least in ((n_kv, "n_kv", 13), (n_tensors, "n_tensors", 32)):
+        if count * least > size - 24:
+            raise ValueError(
+                f"{path}: header field {name} claims {count:,} entries, more than the file's "
+                f"{size:,} bytes can hold"
+            )
+    field = "the metadata"
     try:
-        n_tensors, n_kv = cur.unpack("QQ")
         metadata = {}
-        for _ in range(n_kv):
+        for i in range(n_kv):
+            field = f"metadata key {i + 1} of {n_kv}"
             key = cur.string()
+            field = f"metadata key {key!r}"
+            if key in metadata:
+                raise _Bad("appears twice")
             metadata[key] = cur.value(cur.unpack("I"))
         if not with_tensors:
             return version, metadata, None, None, data
         tensors = {}
-        for _ in range(n_tensors):
+        for i in range(n_tensors):
+            field = f"tensor {i + 1} of {n_tensors}"
             name = cur.string()
-            dims = cur.unpack(f"{cur.unpack('I')}Q")
+            field = f"tensor {name}"
+            if name in tensors:
+                raise _Bad("appears twice")
+            n_dims = cur.unpack("I")
+            if not 1 <= n_dims <= MAX_DIMS:
+                raise _Bad(f"n_dims is {n_dims:,}; ggml tensors have 1 to {MAX_DIMS}")
+            dims = cur.unpack(f"{n_dims}Q")
             dims = dims if isinstance(dims, tuple) else (dims,)
             ggml_type, offset = cur.unpack("IQ")
             tensors[name] = TensorInfo(name, dims, ggml_type, offset)
+            _check_tensor(tensors[name], size)
     except IndexError:
-        raise ValueError(f"{path}: truncated: the header runs past the end of the file") from None
+        raise ValueError(f"{path}: truncated: {field} runs past the end of the file") from None
+    except _Bad as e:
+        raise ValueError(f"{path}: {field}: {e}") from None
     align = metadata.get("general.alignment", 32)
+    if type(align) is not int or align < 1 or align & (align - 1):
+        raise ValueError(f"{path}: general.alignment is {align!r}; it must be a power of two")
     data_offset = -(-cur.pos // align) * align
     for t in tensors.values():
-        t.offset += data_offset
-        if t.type in GGML_TYPES and t.offset + t.nbytes > size:
+        if t.offset % align:
             raise ValueError(
-                f"{path}: truncated: tensor {t.name} ends at byte {t.offset + t.nbytes}, "
-                f"past the end of the file ({size} bytes)"
+                f"{path}: tensor {t.name}: offset {t.offset} is not a multiple of the "
+                f"alignment {align}"
+            )
+        t.offset += data_offset
+        if t.offset + t.nbytes > size:
+            raise ValueError(
+                f"{path}: truncated: tensor {t.name} ends at byte {t.offset + t.nbytes:,}, "
+                f"past the end of the file ({size:,} bytes)"
             )
     return version, metadata, tensors, data_offset, data
+
+
+def _check_tensor(t, size):
+    """A tensor's type and dims: a known type, whole blocks, and no more bytes than the file."""
+    if t.type not in GGML_TYPES:
+        raise _Bad(f"unknown ggml type {t.type}")
+    _, block, _ = GGML_TYPES[t.type]
+    if t.dims[0] % block:
+        raise _Bad(
+            f"its innermost dimension {t.dims[0]} is not a whole number of {type_name(t.type)} "
+            f"blocks of {block}"
+        )
+    if t.nbytes > size:  # also catches dims whose product is past any int64
+        raise _Bad(f"dims {list(t.dims)} take {t.nbytes:,} bytes, more than the file's {size:,}")
 
 
 def read_gguf_metadata(path):
@@ -315,11 +388,14 @@ def load_gguf_checkpoint(path):
     md = g.metadata
     arch = md.get("general.architecture")
     if arch != "llama":
-        raise ValueError(f"{path}: architecture {arch!r}; only 'llama' GGUF files are supported")
+        raise ValueError(
+            f"{path}: architecture {reprlib.repr(arch)}; only 'llama' GGUF files are supported"
+        )
     scaling = md.get("llama.rope.scaling.type", "none")
     if scaling != "none" or "rope_freqs.weight" in g.tensors:
         raise ValueError(
-            f"{path}: RoPE scaling ({scaling!r}, or a rope_freqs.weight table) is not supported"
+            f"{path}: RoPE scaling ({reprlib.repr(scaling)}, or a rope_freqs.weight table) is not "
+            "supported"
         )
     names = {}
     for name in g.tensors:
@@ -327,37 +403,114 @@ def load_gguf_checkpoint(path):
         if key is None:
             raise ValueError(f"{path}: tensor {name} has no place in a plain LLaMA")
         names[name] = key
+    kw = _llama_config(path, md, g.tensors)
     for name, t in g.tensors.items():  # refuse before spending seconds dequantizing the rest
         if t.type not in (0, 1, 30, 8, 2, 3):
             read_tensor(g, name)
     sd = {key: torch.from_numpy(read_tensor(g, name)) for name, key in names.items()}
+    return kw, sd
+
+
+# what the metadata may claim: each a generous multiple of the largest LLaMA's (405B: 126 layers,
+# dim 16384, FFN 53248, 128 heads, a 128k vocabulary and context)
+LIMITS = {
+    "block_count": 1024,
+    "embedding_length": 1 << 16,
+    "feed_forward_length": 1 << 18,
+    "attention.head_count": 1024,
+    "attention.head_count_kv": 1024,
+    "context_length": 1 << 24,
+}
+
+
+def _llama_config(path, md, tensors):
+    """ModelConfig kwargs from the llama.* metadata, each size checked before anything is built
+    from it: a positive int below LIMITS, heads that divide the width, the layers block_count
+    names, and every tensor the shape those sizes give it."""
 
     def get(key, default=None):
         if f"llama.{key}" not in md and default is None:
             raise ValueError(f"{path}: metadata key llama.{key} is missing")
-        return md.get(f"llama.{key}", default)
+        value = md.get(f"llama.{key}", default)
+        if key in LIMITS and (type(value) is not int or not 1 <= value <= LIMITS[key]):
+            raise ValueError(
+                f"{path}: llama.{key} is {reprlib.repr(value)}; expected an integer from 1 to "
+                f"{LIMITS[key]:,}"
+            )
+        if key not in LIMITS and not (type(value) in (int, float) and 0 < value < math.inf):
+            raise ValueError(f"{path}: llama.{key} is {reprlib.repr(value)}; expected a number > 0")
+        return value
 
     dim, n_heads = get("embedding_length"), get("attention.head_count")
+    n_kv_heads = get("attention.head_count_kv", n_heads)
+    if dim % n_heads or n_heads % n_kv_heads:
+        raise ValueError(
+            f"{path}: llama.attention.head_count {n_heads} must divide llama.embedding_length "
+            f"{dim}, and llama.attention.head_count_kv {n_kv_heads} must divide it"
+        )
     head_dim = dim // n_heads
     for key in ("rope.dimension_count", "attention.key_length", "attention.value_length"):
         if md.get(f"llama.{key}", head_dim) != head_dim:
             raise ValueError(
-                f"{path}: llama.{key} is {md[f'llama.{key}']}, but nanoRM's LLaMA needs "
-                f"dim / n_heads = {head_dim} (full-width RoPE, no separate head size)"
+                f"{path}: llama.{key} is {reprlib.repr(md[f'llama.{key}'])}, but nanoRM's LLaMA "
+                f"needs dim / n_heads = {head_dim} (full-width RoPE, no separate head size)"
             )
-    kw = dict(
+    n_layers, hidden = get("block_count"), get("feed_forward_length")
+    layers = {n.split(".")[1] for n in tensors if n.startswith("blk.")}
+    if layers != {str(i) for i in range(n_layers)}:
+        raise ValueError(
+            f"{path}: llama.block_count is {n_layers}, but the file holds {len(layers)} layers "
+            f"({', '.join(sorted(layers)[:3])}{', ...' if len(layers) > 3 else ''})"
+        )
+    embd = tensors.get("token_embd.weight")
+    vocab = embd.shape[0] if embd is not None else 0
+    tokens = md.get("tokenizer.ggml.tokens")
+    if isinstance(tokens, list) and embd is not None and len(tokens) != vocab:
+        raise ValueError(
+            f"{path}: tokenizer.ggml.tokens holds {len(tokens):,} tokens, but token_embd.weight "
+            f"has {vocab:,} rows"
+        )
+    E, F = "llama.embedding_length", "llama.embedding_length and llama.feed_forward_length"
+    K = "llama.embedding_length and the head counts"
+    expected = {
+        "token_embd": ((vocab, dim), E),
+        "output_norm": ((dim,), E),
+        "output": ((vocab, dim), f"{E} and token_embd.weight"),
+    }
+    kv_dim = n_kv_heads * head_dim
+    for i in range(n_layers):
+        for name, want in (
+            ("attn_norm", ((dim,), E)),
+            ("ffn_norm", ((dim,), E)),
+            ("attn_q", ((dim, dim), E)),
+            ("attn_k", ((kv_dim, dim), K)),
+            ("attn_v", ((kv_dim, dim), K)),
+            ("attn_output", ((dim, dim), E)),
+            ("ffn_gate", ((hidden, dim), F)),
+            ("ffn_up", ((hidden, dim), F)),
+            ("ffn_down", ((dim, hidden), F)),
+        ):
+            expected[f"blk.{i}.{name}"] = want
+    for name, (shape, keys) in expected.items():
+        t = tensors.get(f"{name}.weight")
+        if t is None and name != "output":  # output is absent when tied to token_embd
+            raise ValueError(f"{path}: tensor {name}.weight is missing")
+        if t is not None and t.shape != shape:
+            raise ValueError(
+                f"{path}: tensor {name}.weight has shape {t.shape}, but {keys} make it {shape}"
+            )
+    return dict(
         dim=dim,
-        n_layers=get("block_count"),
+        n_layers=n_layers,
         n_heads=n_heads,
-        n_kv_heads=get("attention.head_count_kv", n_heads),
-        vocab_size=sd["tok_embeddings.weight"].shape[0],
-        hidden_dim=get("feed_forward_length"),
+        n_kv_heads=n_kv_heads,
+        vocab_size=vocab,
+        hidden_dim=hidden,
         norm_eps=_decimal(get("attention.layer_norm_rms_epsilon")),
         rope_theta=_decimal(get("rope.freq_base", 10000.0)),
         max_seq_len=get("context_length"),
-        tie_embeddings="output.weight" not in sd,
+        tie_embeddings="output.weight" not in tensors,
     )
-    return kw, sd
 
 
 def main():
