@@ -91,6 +91,55 @@ def bench_forward(gguf, rows, seq, repeats):
     return rows / t32, rows / t16, rel
 
 
+WIDTHS = {  # dim: (n_heads, n_kv_heads, hidden_dim); train_rm's MODELS (hidden rounded to 32), SmolLM2
+    64: (4, 2, 192),  # nano, the default run's
+    128: (4, 2, 352),  # tiny
+    288: (6, 6, 768),  # small (stories15M)
+    512: (8, 8, 1376),  # medium
+    576: (9, 3, 1536),  # SmolLM2-135M
+}
+
+
+def step_config(dim, layers, seq):
+    from model import ModelConfig
+
+    heads, kv, hidden = WIDTHS[dim]
+    return ModelConfig(
+        dim=dim,
+        n_layers=layers,
+        n_heads=heads,
+        n_kv_heads=kv,
+        hidden_dim=hidden,
+        vocab_size=512,
+        max_seq_len=seq,
+    )
+
+
+def bench_step(dim, layers, pairs, seq, repeats):
+    """A training step's forward and backward (no optimizer) of a RewardModel of width dim on
+    `pairs` random pairs of seq tokens at most (right-padded, lengths seq/2 to seq), fp32 against
+    bf16 autocast, in turns: tokens/s of each."""
+    from reward import RewardModel
+
+    torch.manual_seed(0)
+    rm = RewardModel.from_config(step_config(dim, layers, seq)).train()
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randint(1, 512, (2, pairs, seq), generator=g)
+    lengths = torch.randint(seq // 2, seq + 1, (2, pairs), generator=g)
+    mask = (torch.arange(seq) < lengths[..., None]).long()
+    n_tokens = int(mask.sum())
+
+    def step(ctx):
+        with ctx:
+            loss, _ = rm.loss(tokens[0], mask[0], tokens[1], mask[1])
+        loss.backward()
+        rm.zero_grad(set_to_none=True)
+
+    bf16 = torch.autocast("cpu", dtype=torch.bfloat16)
+    t32, t16 = interleaved([lambda: step(nullcontext()), lambda: step(bf16)], repeats)
+    return n_tokens / t32, n_tokens / t16
+
+
 def prepare_subset(gguf, work):
     d = os.path.join(work, "hb")
     if not os.path.exists(os.path.join(d, "meta.json")):
@@ -125,6 +174,14 @@ def main():
     p.add_argument("--steps", type=int, default=4, help="timed train_rm steps per run")
     p.add_argument("--train_repeats", type=int, default=2, help="train_rm runs of each dtype")
     p.add_argument("--skip_train", action="store_true")
+    p.add_argument(
+        "--widths", default=",".join(map(str, WIDTHS)), help="training-step widths ('' skips)"
+    )
+    p.add_argument("--threads", default="1,2", help="thread counts of the training-step table")
+    p.add_argument("--layers", type=int, default=2, help="layers of the training-step models")
+    p.add_argument("--pairs", type=int, default=8, help="pairs per training step")
+    p.add_argument("--step_seq", type=int, default=96, help="longest row of the training step")
+    p.add_argument("--steps_only", action="store_true", help="matmul and training steps alone")
     p.add_argument("--work", default=None, help="where the prepared pairs and runs go (a temp dir)")
     p.add_argument("--out", default=None, help="also write the markdown here")
     args = p.parse_args()
@@ -134,7 +191,8 @@ def main():
     head = (
         f"CPU: {cpu_name()} (bf16 flags: {', '.join(flags)}; torch capability "
         f"{torch.backends.cpu.get_cpu_capability()}), torch {torch.__version__}, "
-        f"{torch.get_num_threads()} threads; `--dtype auto` picks {auto_dtype('cpu')} here."
+        f"{torch.get_num_threads()} threads; the hardware multiplies bf16 natively: "
+        f"{'yes' if auto_dtype('cpu') == 'bfloat16' else 'no'}."
     )
     print(head, flush=True)
     lines = ["| measurement | fp32 | bf16 | bf16 / fp32 |", "|---|---|---|---|"]
@@ -145,6 +203,10 @@ def main():
 
     g32, g16 = bench_matmul(args.n, args.repeats)
     row(f"matmul {args.n}x{args.n}", g32, g16, "GFLOP/s")
+    if args.widths:
+        step_table(args, lines)
+    if args.steps_only:
+        return finish(args, head, lines)
     gguf = sorted(glob.glob(os.path.join(SHARED, "smollm2", "*.gguf")))
     if not gguf:
         print(f"no SmolLM2 .gguf under {SHARED}/smollm2: the model parts are skipped")
@@ -164,6 +226,37 @@ def main():
             t32, t16 = (statistics.median(tok[d]) for d in tok)
             name = "train_rm.py, top 2 layers, no cache, 4 packed pairs/step"
             row(name, t32, t16, "tokens/s")
+    finish(args, head, lines)
+
+
+def step_table(args, lines):
+    """The training step at each width and thread count: the table `--dtype auto`'s rule is
+    read from, with what the rule picks for that shape."""
+    threads0 = torch.get_num_threads()
+    table = [
+        "",
+        f"Training step (forward + backward, no optimizer) of a {args.layers}-layer RewardModel, "
+        f"{args.pairs} pairs of {args.step_seq // 2}-{args.step_seq} tokens, tokens/s:",
+        "",
+        "| dim | hidden | threads | fp32 | bf16 autocast | bf16 / fp32 | auto picks |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    print("\n".join(table), flush=True)
+    for dim in [int(d) for d in args.widths.split(",")]:
+        for threads in [int(t) for t in args.threads.split(",")]:
+            torch.set_num_threads(threads)
+            a, b = bench_step(dim, args.layers, args.pairs, args.step_seq, args.repeats)
+            pick = auto_dtype("cpu", step_config(dim, args.layers, args.step_seq))
+            hidden = WIDTHS[dim][2]
+            table.append(
+                f"| {dim} | {hidden} | {threads} | {a:,.0f} | {b:,.0f} | {b / a:.2f}x | {pick} |"
+            )
+            print(table[-1], flush=True)
+    torch.set_num_threads(threads0)
+    lines += table
+
+
+def finish(args, head, lines):
     text = head + "\n\n" + "\n".join(lines) + "\n"
     if args.out:
         with open(args.out, "w") as f:

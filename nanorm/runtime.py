@@ -16,7 +16,7 @@ import math
 import os
 import time
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.distributed as dist
@@ -77,16 +77,52 @@ def cpu_has_native_bf16():
     return bool(BF16_CPU_FLAGS & cpu_flags())
 
 
-def auto_dtype(device):
-    """--dtype auto: bf16 where the hardware multiplies it natively (a GPU that supports it, a
-    CPU with AVX512-BF16 or AMX), fp32 elsewhere. Under bf16 the weights, the head, the loss and
-    the reward differences stay fp32 (autocast; reward.apply_head). Exactness checks pass
-    --dtype float32."""
+BF16_MIN_DIM = 512  # CPU: the narrowest model width where bf16 autocast trains faster than fp32
+
+
+def bf16_pays_on_cpu(config):
+    """Whether bf16 autocast makes a training step of a model of ModelConfig config faster than
+    fp32 on a CPU that multiplies bf16 natively. Autocast converts each fp32 weight and
+    activation to bf16 before every product (and back for the norms, softmax and loss), a cost
+    that grows with the matrices' size while the products grow with its cube: at small widths
+    the conversions and oneDNN's per-call overhead outweigh the faster products. The width
+    decides (bench/bench_dtype.py's training-step table, bench/README.md: measured on an AMD
+    EPYC Zen 4, where bf16 starts to pay between dim 64 and 128 and pays 1.5x or more from 512;
+    an Intel Xeon with AMX was 2.3x slower in bf16 at 64 and 2.1x faster at 576). The bar sits
+    where both CPUs gain clearly, so that the small models (the default run, the notebooks')
+    compute, and print, the same in fp32 on either."""
+    return config.dim >= BF16_MIN_DIM and config.hidden_dim >= BF16_MIN_DIM
+
+
+def auto_dtype(device, config=None):
+    """--dtype auto: bf16 where it makes the model's step faster, fp32 elsewhere. On a GPU that
+    supports bf16, always. On a CPU, only where the hardware multiplies bf16 natively (AVX512-BF16
+    or AMX) and the model is wide enough for it to pay (bf16_pays_on_cpu); the default model
+    (dim 64) is 2-3x slower in bf16, so it trains in fp32 and prints the same figures on any
+    CPU. Without a config (before the model exists) the hardware alone answers. Under bf16 the
+    weights, the head, the loss and the reward differences stay fp32 (autocast;
+    reward.apply_head). Exactness checks pass --dtype float32."""
     if device.startswith("cuda"):
         return "bfloat16" if torch.cuda.is_bf16_supported() else "float32"
     if device == "cpu":
-        return "bfloat16" if cpu_has_native_bf16() else "float32"
+        native = cpu_has_native_bf16()
+        return "bfloat16" if native and (config is None or bf16_pays_on_cpu(config)) else "float32"
     return "float32"  # mps: its bf16 autocast is not measured here
+
+
+def dtype_context(device, dtype):
+    """bf16 autocast on device's type for dtype "bfloat16", else nothing."""
+    if dtype == "bfloat16":
+        return torch.autocast(device.split(":")[0], dtype=torch.bfloat16)
+    return nullcontext()
+
+
+def with_dtype(proc, option, config):
+    """proc with dtype and ctx set by the --dtype option once the model exists: "auto" applies
+    auto_dtype's rule to the model's ModelConfig config, "float32" and "bfloat16" are taken as
+    given."""
+    dtype = auto_dtype(proc.device, config) if option == "auto" else option
+    return replace(proc, dtype=dtype, ctx=dtype_context(proc.device, dtype))
 
 
 def setup_processes(cfg):
@@ -102,10 +138,9 @@ def setup_processes(cfg):
         if device.startswith("cuda"):
             device = f"cuda:{local_rank}"
             torch.cuda.set_device(device)
+    # the hardware's guess: with_dtype decides again from the model's shapes once it is built
     dtype = auto_dtype(device) if cfg.dtype == "auto" else cfg.dtype
-    autocast = torch.autocast(device.split(":")[0], dtype=torch.bfloat16)
-    ctx = autocast if dtype == "bfloat16" else nullcontext()
-    return Processes(ddp, rank, local_rank, world, device, dtype, ctx)
+    return Processes(ddp, rank, local_rank, world, device, dtype, dtype_context(device, dtype))
 
 
 def check_out_dir(cfg, proc):

@@ -1,7 +1,9 @@
-"""runtime.auto_dtype: `--dtype auto` is bf16 where the hardware multiplies bf16 natively (what the
-CPU's flags say, whatever machine runs the test) and fp32 elsewhere; under bf16 autocast the
-rewards and the frozen layers' cache stay within bf16's rounding of fp32's, and the reward is
-fp32."""
+"""runtime.auto_dtype: `--dtype auto` is bf16 where it pays: on a GPU that supports it, and on a
+CPU that multiplies bf16 natively (what the CPU's flags say, whatever machine runs the test) for
+a model wide enough (runtime.BF16_MIN_DIM); fp32 elsewhere, the default model included.
+runtime.with_dtype applies the rule once the model exists, and an explicit --dtype always wins.
+Under bf16 autocast the rewards and the frozen layers' cache stay within bf16's rounding of
+fp32's, and the reward is fp32."""
 
 from types import SimpleNamespace
 
@@ -55,12 +57,63 @@ def test_auto_on_cpu_follows_the_bf16_flags(cpu, flags, mkldnn, want):
     assert explicit.dtype == "float32" and not isinstance(explicit.ctx, torch.autocast)
 
 
+NANO = ModelConfig(dim=64, n_layers=4, n_heads=4, n_kv_heads=2, vocab_size=V, multiple_of=32)
+SMOLLM2 = ModelConfig(dim=576, n_layers=30, n_heads=9, n_kv_heads=3, hidden_dim=1536, vocab_size=V)
+SHAPES = [  # (config, bf16 on a CPU with native bf16): bench/README.md's training-step table
+    (NANO, False),  # train_rm's default model: 0.75x fp32's tokens/s in bf16
+    (ModelConfig(dim=288, n_layers=6, n_heads=6, vocab_size=V, multiple_of=32), False),
+    (ModelConfig(dim=512, n_layers=8, n_heads=8, vocab_size=V, multiple_of=32), True),
+    (SMOLLM2, True),
+    (ModelConfig(dim=512, n_heads=8, hidden_dim=128, vocab_size=V), False),  # a narrow FFN
+]
+
+
+@pytest.mark.parametrize("config, wide", SHAPES)
+def test_auto_on_cpu_is_bf16_for_wide_models_on_bf16_hardware(cpu, config, wide):
+    cpu({"avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})  # native bf16
+    assert runtime.auto_dtype("cpu", config) == ("bfloat16" if wide else "float32")
+    cpu({"avx2", "fma"})  # none: bf16 is converted around every product, at any width
+    assert runtime.auto_dtype("cpu", config) == "float32"
+    cpu({"avx512_bf16"}, mkldnn=False)  # no oneDNN, no bf16 matmul kernel
+    assert runtime.auto_dtype("cpu", config) == "float32"
+
+
 def test_auto_on_cuda_keeps_the_gpu_rule(cpu, monkeypatch):
     cpu({"avx512_bf16"})  # the CPU's flags do not decide for a GPU
     for supported, want in ((True, "bfloat16"), (False, "float32")):
         monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda s=supported: s)
-        assert runtime.auto_dtype("cuda") == want and runtime.auto_dtype("cuda:1") == want
-    assert runtime.auto_dtype("mps") == "float32"
+        for config in (None, NANO, SMOLLM2):  # on a GPU bf16 pays at any width
+            assert runtime.auto_dtype("cuda", config) == want
+            assert runtime.auto_dtype("cuda:1", config) == want
+    assert runtime.auto_dtype("mps") == runtime.auto_dtype("mps", SMOLLM2) == "float32"
+
+
+def procs(device="cpu"):
+    return runtime.Processes(False, 0, 0, 1, device, "bfloat16", torch.autocast("cpu"))
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_with_dtype_decides_from_the_model_and_explicit_options_win(cpu, native):
+    cpu({"avx512_bf16"} if native else {"avx2"})
+    for config, wide in SHAPES:
+        proc = runtime.with_dtype(procs(), "auto", config)
+        want = "bfloat16" if native and wide else "float32"
+        assert proc.dtype == want and isinstance(proc.ctx, torch.autocast) == (want == "bfloat16")
+        assert proc.device == "cpu" and proc.world == 1  # the rest of proc is kept
+        for option in ("float32", "bfloat16"):  # never overridden, whatever the shape
+            explicit = runtime.with_dtype(procs(), option, config)
+            assert explicit.dtype == option
+            assert isinstance(explicit.ctx, torch.autocast) == (option == "bfloat16")
+    bf16 = runtime.with_dtype(procs(), "bfloat16", NANO).ctx
+    assert bf16.device == "cpu" and bf16.fast_dtype == torch.bfloat16
+
+
+@pytest.mark.filterwarnings("ignore:CUDA is not available")  # a CPU machine builds it all the same
+def test_with_dtype_on_cuda_autocasts_there(cpu, monkeypatch):
+    cpu({"avx2"})
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
+    proc = runtime.with_dtype(procs("cuda:0"), "auto", NANO)
+    assert proc.dtype == "bfloat16" and proc.ctx.device == "cuda"
 
 
 def test_the_real_cpu_flags_agree_with_torch():
@@ -71,7 +124,8 @@ def test_the_real_cpu_flags_agree_with_torch():
     assert torch.cpu._is_avx512_bf16_supported() == ("avx512_bf16" in flags)
     want = "bfloat16" if (runtime.BF16_CPU_FLAGS & flags) else "float32"
     if torch.backends.mkldnn.is_available():
-        assert runtime.auto_dtype("cpu") == want
+        assert runtime.auto_dtype("cpu") == runtime.auto_dtype("cpu", SMOLLM2) == want
+    assert runtime.auto_dtype("cpu", NANO) == "float32"  # the default run, on any CPU
 
 
 def tiny(seed=0):
