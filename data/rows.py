@@ -11,16 +11,21 @@ Files: JSON Lines (.jsonl, optionally .gz) or one JSON array (.json). Rows, dete
                        formats; messages are {"role": system|user|assistant, "content": str}
 A conversational pair's prompt is a list of (role, text) turns; data/chat.py renders either kind.
 
-Bad rows (bytes that are not UTF-8, overlong lines, invalid JSON, missing keys, non-string
-values, empty responses, chosen == rejected; in conversations, a prompt that differs between
-chosen and rejected, no final assistant turn, unknown roles, non-string content) are reported
-with file and line. strict=True stops at the first; strict=False skips them and counts them per
-reason. Nothing is dropped silently. Tokenizing and storing the pairs is data/pairs.py's.
+Bad rows (bytes that are not UTF-8, overlong lines, invalid JSON, JSON nested past Python's
+recursion limit, text holding a lone UTF-16 surrogate ("\\ud800": no tokenizer can encode it),
+missing keys, non-string values, empty responses, chosen == rejected; in conversations, a prompt
+that differs between chosen and rejected, no final assistant turn, unknown roles, non-string
+content) are reported with file and line. strict=True stops at the first; strict=False skips them
+and counts them per reason. Nothing is dropped silently. Tokenizing and storing the pairs is
+data/pairs.py's.
 """
 
 import gzip
 import json
 import os
+import re
+import reprlib
+import sys
 
 from data import UsageError
 
@@ -95,7 +100,8 @@ def _messages(key, messages):
             raise BadRowError(f"invalid message: {where} is not an object with role and content")
         if m["role"] not in ROLES:
             raise BadRowError(
-                f"unknown role: {where} has role {m['role']!r}; use system, user or assistant"
+                f"unknown role: {where} has role {reprlib.repr(m['role'])}; use system, user or "
+                "assistant"
             )
         if not isinstance(m["content"], str):
             kind = type(m["content"]).__name__
@@ -137,6 +143,8 @@ def read_pairs(path, strict=True, report=print, subset_key=None):
     if raw.lstrip().startswith(b"["):  # a JSON array (.json): each element is a row
         for lineno, row in _array_rows(path, raw):
             try:
+                if isinstance(row, BadRowError):
+                    raise row
                 pairs.append({**to_pair(row, subset_key), "where": f"{path}:{lineno}"})
             except BadRowError as e:
                 bad(e, lineno)
@@ -180,7 +188,29 @@ def _array_rows(path, raw):
         except json.JSONDecodeError as e:
             msg = f"{path}:{e.lineno}: invalid JSON: {e.msg} at column {e.colno}"
             raise BadRowError(msg) from None
+        except RecursionError:  # one bad element: skip to its end, read on
+            row, i = too_deep(), _value_end(text, i)
         yield line, row
+
+
+_JSON_PARTS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[][{}]')  # a string, or a bracket
+
+
+def _value_end(text, i):
+    """Where the JSON object or array starting at text[i] ends, found without recursion."""
+    depth = 0
+    for m in _JSON_PARTS.finditer(text, i):
+        depth += {"[": 1, "{": 1, "]": -1, "}": -1}.get(m.group(), 0)
+        if depth == 0:
+            return m.end()
+    return len(text)
+
+
+def too_deep():
+    return BadRowError(
+        f"nested too deep: JSON nested past Python's limit of {sys.getrecursionlimit()} levels "
+        "(a row is an object of strings and lists of messages)"
+    )
 
 
 def _decode(raw):
@@ -220,6 +250,8 @@ def parse_row(line: str, subset_key=None):
         row = json.loads(line)
     except json.JSONDecodeError as e:
         raise BadRowError(f"invalid JSON: {e.msg} at column {e.colno}") from None
+    except RecursionError:  # json's parser recurses once per level: [[[[...]]]] 100k deep
+        raise too_deep() from None
     return to_pair(row, subset_key)
 
 
@@ -245,6 +277,13 @@ def to_pair(row, subset_key=None):
         else:
             prompt, chosen, rejected = split_dialogue(row["chosen"], row["rejected"])
             form = "HH dialogues"
+    if isinstance(prompt, str):
+        _encodable("'prompt'", prompt)
+    else:
+        for i, (_, text) in enumerate(prompt):
+            _encodable(f"the prompt's message {i + 1}", text)
+    _encodable("'chosen'", chosen)
+    _encodable("'rejected'", rejected)
     for k, v in (("chosen", chosen), ("rejected", rejected)):
         if not v.strip():
             raise BadRowError(f"empty response: '{k}' is empty")
@@ -259,4 +298,16 @@ def to_pair(row, subset_key=None):
             kind = type(subset).__name__
             raise BadRowError(f"non-string value: '{subset_key}' (--subset_key) is {kind}")
         pair["subset"] = str(subset)
+        _encodable(f"'{subset_key}' (--subset_key)", pair["subset"])
     return pair
+
+
+def _encodable(what, text):
+    """JSON's "\\ud800" parses to a str no UTF-8 encoder (no tokenizer) accepts: a bad row."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise BadRowError(
+            f"lone surrogate: {what} holds U+{ord(text[e.start]):04X} at character "
+            f"{e.start + 1}, half of a UTF-16 pair; escape the whole character (both halves)"
+        ) from None

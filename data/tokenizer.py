@@ -37,6 +37,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
 
+from data import UsageError
 from data.bpe import BPETokenizer
 
 BYTE_OFFSET = 3  # llama2.c layout: ids 0,1,2 = <unk>, <s>, </s>; ids 3..258 = <0x00>..<0xFF>
@@ -247,22 +248,42 @@ def train_sentencepiece(
     return model_path
 
 
+ACCEPTED = (
+    "a SentencePiece .model, a llama2.c .bin, a .gguf holding a BPE vocabulary "
+    "(tokenizer.ggml.model gpt2), a Hugging Face tokenizer.json or a folder holding one"
+)
+
+
 def load_tokenizer(path: str | os.PathLike):
     """.model -> SentencePieceTokenizer, .bin -> Llama2cTokenizer, .gguf / tokenizer.json / a
-    Hugging Face directory holding a tokenizer.json -> BPETokenizer."""
+    Hugging Face directory holding a tokenizer.json -> BPETokenizer. A file that is not what its
+    name says (random bytes, a cut download, JSON of another shape) is a UsageError naming it and
+    what is accepted; a missing one stays FileNotFoundError."""
     path = Path(path)
-    if path.suffix == ".model":
-        return SentencePieceTokenizer(path)
-    if path.suffix == ".bin":
-        return Llama2cTokenizer(path)
-    if path.suffix == ".gguf":
-        return BPETokenizer.from_gguf(_check_exists(path))
-    if path.suffix == ".json" or (path.is_dir() and (path / "tokenizer.json").is_file()):
-        return BPETokenizer.from_hf(path)
-    raise ValueError(
-        f"{path}: unknown tokenizer format (expected a SentencePiece .model, a llama2.c .bin, "
-        "a .gguf, a Hugging Face tokenizer.json, or a directory holding a tokenizer.json)"
-    )
+    try:
+        if path.suffix == ".model":
+            return SentencePieceTokenizer(path)
+        if path.suffix == ".bin":
+            return Llama2cTokenizer(path)
+        if path.suffix == ".gguf":
+            return BPETokenizer.from_gguf(_check_exists(path))
+        if path.suffix == ".json" or (path.is_dir() and (path / "tokenizer.json").is_file()):
+            return BPETokenizer.from_hf(path)
+    except (FileNotFoundError, ImportError):
+        raise
+    # what a file's damage raises in the readers: sentencepiece's parse error, ValueError (json's
+    # too), the lookups of a JSON or GGUF value of the wrong shape, json's recursion on nesting
+    except (OSError, RuntimeError, ValueError, KeyError, IndexError, TypeError, AttributeError,
+            RecursionError) as e:  # fmt: skip
+        reason = " ".join(str(e).split()).removeprefix(f"{path}: ") or type(e).__name__
+        if isinstance(e, KeyError | IndexError | TypeError | AttributeError):
+            reason = f"not the layout its format has ({type(e).__name__}: {reason})"
+        if len(reason) > 200:
+            reason = reason[:200] + "..."
+        raise UsageError(
+            f"{path}: not a readable tokenizer: {reason}; accepted: {ACCEPTED}"
+        ) from None
+    raise UsageError(f"{path}: unknown tokenizer format; accepted: {ACCEPTED}")
 
 
 def tokenizer_fingerprint(tok) -> str:
