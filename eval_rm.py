@@ -43,12 +43,12 @@ import torch.distributed as dist
 import nanorm.calibrate as calibrate
 from data import ArgumentParser, UsageError, run
 from data.chat import chat_format
-from data.pairs import open_dataset
+from data.pairs import Batch, open_dataset
 from data.tokenizer import load_tokenizer
 from nanorm.ckpt import checkpoint_tokenizer, load_for_scoring
 from nanorm.cli import boolean, check_device
 from nanorm.report import Scored, best_of_n, response_lengths, write_served_report
-from reward import pairwise_loss
+from reward import LogSigLoss
 
 
 # ----------------------------------------------------------------------------- scoring
@@ -56,12 +56,10 @@ from reward import pairwise_loss
 def evaluate(
     rm,
     data,
-    pad_id,
-    batch_size,
+    pad_id=None,
+    batch_size=None,
     n_pairs=None,
-    loss="logsig",
-    margin=0.0,
-    center_coef=0.0,
+    loss_fn=None,
     ctx=None,
     rank=0,
     world=1,
@@ -70,22 +68,31 @@ def evaluate(
 ):
     """(metrics, rewards) on the first n_pairs pairs of data (default all), split over the
     ranks (all take part): metrics = {loss, acc, chosen, rejected, margin}, the pairwise loss
-    `loss`, accuracy (a tie is wrong), the mean rewards and their difference. rewards (n, 2):
-    each pair's (r_chosen, r_rejected) in the data's order, if return_rewards (else None).
-    ctx: e.g. the training's autocast. The batches are right-padded (data.collate), the layout
-    reward.py scores; the forward skips the padding. cache: a cache.FrozenCache of data, whose
-    stored bottom layers the forward starts from (packed rows: the same rewards)."""
+    loss_fn (default LogSigLoss()), accuracy (a tie is wrong), the mean rewards and their
+    difference. rewards (n, 2): each pair's (r_chosen, r_rejected) in the data's order, if
+    return_rewards (else None). ctx: e.g. the training's autocast. data: a PairDataset, batched
+    here right-padded (data.collate, the layout reward.py scores; the forward skips the
+    padding), or any iterable of batches (a DataLoader of ColossalChat's preference dicts or of
+    Batch; its sampler splits it over ranks, and n_pairs does not apply). cache: a
+    cache.FrozenCache of data, whose stored bottom layers the forward starts from (packed rows:
+    the same rewards)."""
     ctx, was_training = ctx or nullcontext(), rm.training
     rm.eval()
-    n_pairs = min(len(data), n_pairs or len(data))
-    idx = list(range(n_pairs))[rank::world]
     device = rm.head.weight.device
+    if hasattr(data, "collate"):
+        n_pairs = min(len(data), n_pairs or len(data))
+        idx = list(range(n_pairs))[rank::world]
+        batches = (idx[i : i + batch_size] for i in range(0, len(idx), batch_size))
+    else:
+        batches = data  # each rank its own loader: the metrics are summed over the ranks
     sums = dict(loss=0.0, acc=0.0, chosen=0.0, rejected=0.0, n=0.0)  # totals over the pairs
     kept = []
-    for i in range(0, len(idx), batch_size):
-        ids = idx[i : i + batch_size]
+    for ids in batches:
         with ctx:
-            if cache is None:
+            if not hasattr(data, "collate"):
+                b = as_batch(ids).to(device)
+                r_c, r_r = rm.forward_pair(b.chosen, b.chosen_mask, b.rejected, b.rejected_mask)
+            elif cache is None:
                 b = data.collate(ids, pad_id).to(device)
                 r_c, r_r = rm.forward_pair(b.chosen, b.chosen_mask, b.rejected, b.rejected_mask)
             else:  # packed rows from the frozen layers' stored output (nanorm/cache.py)
@@ -95,7 +102,7 @@ def evaluate(
                     b.tokens, b.segments, b.positions, *ends, states=b.states
                 )
         r_c, r_r, n = r_c.float(), r_r.float(), len(r_c)
-        sums["loss"] += pairwise_loss(loss, r_c, r_r, None, margin, center_coef).item() * n
+        sums["loss"] += (loss_fn or LogSigLoss())(r_c, r_r).item() * n
         sums["acc"] += (r_c > r_r).sum().item()  # a tie is wrong
         sums["chosen"] += r_c.sum().item()
         sums["rejected"] += r_r.sum().item()
@@ -104,18 +111,41 @@ def evaluate(
     sums = all_reduce_sum(sums, world, device)
     rm.train(was_training)
     n = sums.pop("n")
+    if n == 0:
+        raise UsageError("no pairs to evaluate: the held-out set is empty")
     metrics = {k: v / n for k, v in sums.items()}
     metrics["margin"] = metrics["chosen"] - metrics["rejected"]
     if not return_rewards:
         return metrics, None
     rewards = torch.cat(kept) if kept else torch.zeros(0, 2)
-    if world > 1:  # rank r scored pairs r, r + world, ...: put them back in order
+    if world > 1 and hasattr(data, "collate"):  # rank r scored pairs r, r + world, ...: in order
         shards = [None] * world
         dist.all_gather_object(shards, rewards)
         rewards = torch.empty(n_pairs, 2)
         for r, shard in enumerate(shards):
             rewards[r::world] = shard
     return metrics, rewards
+
+
+def as_batch(batch):
+    """A Batch from ColossalChat's preference batch, the dict its collator makes
+    ({chosen,reject}_input_ids, {chosen,reject}_attention_mask, and chosen_loss_mask, 1 on the
+    chosen response, which the LM term reads); nanoRM's Batch and PackedBatch are returned as
+    they are."""
+    if not isinstance(batch, dict):
+        return batch
+    keys = (
+        "chosen_input_ids",
+        "chosen_attention_mask",
+        "reject_input_ids",
+        "reject_attention_mask",
+    )
+    if not isinstance(batch, dict) or not set(keys) <= batch.keys():
+        raise ValueError(f"a preference batch is a Batch or a dict with keys {keys}")
+    chosen, c_mask, rejected, r_mask = (batch[k] for k in keys)
+    response = batch.get("chosen_loss_mask", c_mask)
+    n_tokens = int(c_mask.sum()) + int(r_mask.sum())
+    return Batch(chosen, c_mask, rejected, r_mask, response, n_tokens, batch.get("groups"))
 
 
 def all_reduce_sum(metrics, world, device):

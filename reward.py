@@ -7,19 +7,22 @@ A library: score.py is its command line (score a response, export to Hugging Fac
     rm = RewardModel(pretrained=path)                  # any checkpoint; or RewardModel(backbone)
     r = rm(input_ids, attention_mask)                  # (B,), read at each row's last real token
     r_c, r_r = rm.forward_pair(chosen, chosen_mask, rejected, rejected_mask)  # one backbone call
-    loss = pairwise_loss("logsig", r_c, r_r, margin=None, center_coef=0.0)
+    loss = LogSigLoss()(r_c, r_r)                      # ColossalChat's loss modules; or
+    loss = pairwise_loss("logsig", r_c, r_r, margin=None, center_coef=0.0)   # the function
 
 Pooling. The reward is the head applied to the hidden state of the last real token (the EOS that
 data/pairs.py appends), found from the attention mask, never from a pad id: when pad == eos
 (LLaMA has no pad token), searching for the pad id finds the EOS itself or a padding token.
 With positions derived from the mask in model.py, left, right and no padding give one reward.
 
-beta. pairwise_loss takes no `beta` (ColossalChat's LogSigLoss accepts one and ignores it):
+beta. LogSigLoss(beta) takes ColossalChat's `beta` and, like it, does not use it:
 -logsigmoid(beta * (r_c - r_r)) is the beta = 1 loss of a head whose weights are multiplied by
 beta, so beta would only rescale the rewards (and the head's effective learning rate), which the
 head learns anyway. The beta that matters is DPO's, where the "reward" is
 beta * log(pi / pi_ref) and the policy cannot rescale it freely.
 """
+
+import os
 
 import torch
 import torch.nn.functional as F
@@ -118,10 +121,54 @@ def pairwise_loss(kind, r_chosen, r_rejected, labels=None, margin=None, center_c
     return loss
 
 
-def pairwise_objective(kind, r_chosen, r_rejected, margin=None, center_coef=0.0):
-    """(pairwise_loss, stats): what a plain reward model's loss() returns. stats hold detached
-    tensors, the ones train_rm.py logs: the rewards, the pairwise loss, the accuracy."""
-    loss = pairwise_loss(kind, r_chosen, r_rejected, margin=margin, center_coef=center_coef)
+class PairwiseLoss(nn.Module):
+    """pairwise_loss(kind) as a module, called as ColossalChat's trainer calls its loss_fn:
+    loss_fn(chosen_reward, reject_reward) -> a scalar. margin and center_coef are fixed at
+    construction (a per-pair margin (B,) may be passed to the call instead). One
+    implementation: the module calls pairwise_loss."""
+
+    kind = "logsig"
+
+    def __init__(self, kind=None, margin=None, center_coef=0.0):
+        super().__init__()
+        self.kind = kind or self.kind
+        if self.kind not in LOSSES:
+            raise ValueError(f"unknown loss {self.kind!r}; choose one of {LOSSES}")
+        self.margin, self.center_coef = margin, center_coef
+
+    def forward(self, chosen_reward, reject_reward, margin=None):
+        margin = self.margin if margin is None else margin
+        return pairwise_loss(
+            self.kind, chosen_reward, reject_reward, margin=margin, center_coef=self.center_coef
+        )
+
+
+class LogSigLoss(PairwiseLoss):
+    """ColossalChat's LogSigLoss: mean of -log sigmoid(chosen_reward - reject_reward). `beta` is
+    accepted and unused, as there (see the module's docstring on why it would only rescale)."""
+
+    kind = "logsig"
+
+    def __init__(self, beta=0.1, margin=None, center_coef=0.0):
+        super().__init__("logsig", margin, center_coef)
+        self.beta = beta
+
+
+class LogExpLoss(PairwiseLoss):
+    """ColossalChat's LogExpLoss: mean of log(1 + exp(reject_reward - chosen_reward)), the same
+    function as LogSigLoss, computed without forming exp (finite where the formula overflows)."""
+
+    kind = "logexp"
+
+    def __init__(self, margin=None, center_coef=0.0):
+        super().__init__("logexp", margin, center_coef)
+
+
+def pairwise_objective(loss_fn, r_chosen, r_rejected):
+    """(loss_fn(r_chosen, r_rejected), stats): what a plain reward model's loss() returns. stats
+    hold detached tensors, the ones train_rm.py logs: the rewards, the pairwise loss, the
+    accuracy. loss_fn None: LogSigLoss()."""
+    loss = (loss_fn or LogSigLoss())(r_chosen, r_rejected)
     return loss, pair_stats(r_chosen, r_rejected, loss)
 
 
@@ -162,6 +209,18 @@ def chunked_cross_entropy(lm_head, h, labels, chunk):
 
 
 # ----------------------------------------------------------------------------- the models
+def as_model_config(config):
+    """A ModelConfig from a ModelConfig or a transformers LlamaConfig (read through its dict,
+    so transformers need not be imported here)."""
+    if isinstance(config, ModelConfig):
+        return config
+    if hasattr(config, "to_dict"):
+        from nanorm.checkpoints import config_from_hf  # HF's names: where HF files are read
+
+        return ModelConfig(**config_from_hf(config.to_dict()))
+    raise TypeError(f"config must be a ModelConfig or a LlamaConfig, got {type(config).__name__}")
+
+
 class ScalarHeadModel(nn.Module):
     """A LLaMA backbone with a Linear(dim, 1) `head`: the reward models here and critic.Critic.
     It owns construction; a subclass says where the head reads (forward). nanorm/ckpt.py saves
@@ -169,26 +228,40 @@ class ScalarHeadModel(nn.Module):
 
     head_bias = True
 
-    def __init__(self, backbone: Transformer | None = None, *, pretrained=None):
-        """cls(backbone) puts a new head on a LLaMA; cls(pretrained=path), as ColossalChat
-        builds its models, reads the backbone from any checkpoint nanoRM reads (ckpt.pt,
-        llama2.c .bin/.pt, Meta or HF directory, .gguf). A hub name is not read: download it
-        first (huggingface-cli download NAME --local-dir DIR) and pass DIR."""
+    def __init__(self, backbone=None, *, pretrained=None, config=None, **hf_kwargs):
+        """The seeds' constructors: cls(backbone) puts a new head on a LLaMA; cls(pretrained=path)
+        (or cls(path)), as ColossalChat builds its models, reads any checkpoint nanoRM reads
+        (ckpt.pt, llama2.c .bin/.pt, Meta or HF directory, .gguf) with its heads where it has
+        them; cls(config=c) (or cls(c), as LLMBook builds its model) is a new model of that
+        shape, c a model.ModelConfig or a transformers LlamaConfig. A hub name is not read:
+        download it first (huggingface-cli download NAME --local-dir DIR) and pass DIR.
+        hf_kwargs (ColossalChat passes them to from_pretrained: torch_dtype, ...) are unused."""
         super().__init__()
-        if (backbone is None) == (pretrained is None):
-            raise TypeError(f"{type(self).__name__}(backbone) or (pretrained=path), one of them")
+        if isinstance(backbone, (str, os.PathLike)):
+            backbone, pretrained = None, backbone
+        elif backbone is not None and not isinstance(backbone, Transformer):
+            backbone, config = None, backbone  # a config, positional
+        if sum(x is not None for x in (backbone, pretrained, config)) != 1:
+            raise TypeError(f"{type(self).__name__}(backbone), (pretrained=path) or (config=c)")
+        heads = {}
         if pretrained is not None:
             from nanorm.checkpoints import pretrained_parts  # formats: read when a file is
 
-            backbone, score = pretrained_parts(type(self), pretrained)
+            backbone, heads = pretrained_parts(type(self), pretrained)
+        elif config is not None:
+            backbone = Transformer(as_model_config(config))
         self.backbone = backbone
-        device = backbone.tok_embeddings.weight.device
-        self.head = new_head(backbone.config.dim, bias=self.head_bias).to(device)
+        self.add_heads(backbone.config.dim, backbone.tok_embeddings.weight.device, heads)
         if pretrained is not None:
             with torch.no_grad():  # an HF classifier's `score`, or the head a ckpt.pt holds
-                for name, value in score.items():
+                for name, value in heads.items():
                     self.get_parameter(name).copy_(value)
             self.eval()
+
+    def add_heads(self, dim, device, heads):
+        """New heads on a backbone of width dim: `head`; a subclass adds its own here, shaped
+        like the pretrained ones in heads ({name: tensor}, copied in after) where given."""
+        self.head = new_head(dim, bias=self.head_bias).to(device)
 
     def get_input_embeddings(self):
         """The token embedding table (Hugging Face's name for it, as ColossalChat calls it)."""
@@ -244,14 +317,13 @@ class RewardModel(ScalarHeadModel):
         rejected,
         rejected_mask,
         chosen_response_mask=None,
-        kind="logsig",
-        margin=None,
-        center_coef=0.0,
+        loss_fn=None,
     ):
         """(the objective training minimises, stats) on a right-padded pair batch: the pairwise
-        loss. Each model's objective is its loss(); train_rm.py calls it and nothing else."""
+        loss loss_fn(r_chosen, r_rejected) (default LogSigLoss()). Each model's objective is its
+        loss(); train_rm.py calls it and nothing else."""
         r_c, r_r = self.forward_pair(chosen, chosen_mask, rejected, rejected_mask)
-        return pairwise_objective(kind, r_c, r_r, margin, center_coef)
+        return pairwise_objective(loss_fn, r_c, r_r)
 
     def loss_packed(
         self,
@@ -260,16 +332,14 @@ class RewardModel(ScalarHeadModel):
         positions,
         chosen_end,
         rejected_end,
-        kind="logsig",
-        margin=None,
-        center_coef=0.0,
+        loss_fn=None,
         flex=False,
         states=None,
     ):
         """loss() on packed rows [prompt | chosen | rejected] (forward_pair_packed's)."""
         ends = (chosen_end, rejected_end)
         r_c, r_r = self.forward_pair_packed(tokens, segments, positions, *ends, flex, states)
-        return pairwise_objective(kind, r_c, r_r, margin, center_coef)
+        return pairwise_objective(loss_fn, r_c, r_r)
 
     def forward_pair_packed(
         self, tokens, segments, positions, chosen_end, rejected_end, flex=False, states=None
@@ -334,22 +404,37 @@ class LMRegularizedRewardModel(RewardModel):
         rejected_mask,
         chosen_response_mask,
         lm_coef,
-        kind="logsig",
-        margin=None,
-        center_coef=0.0,
+        loss_fn=None,
     ):
         """(total loss, stats). chosen_response_mask (B, Tc) is 1 on the chosen response's
-        tokens (prompt and padding 0). One backbone call scores both halves; the LM head runs
-        only where a response token is predicted, LM_CHUNK tokens at a time, so no
-        (B, T, vocab) logits exist (at a 49k vocabulary they would be the whole memory)."""
+        tokens (prompt and padding 0); loss_fn the pairwise loss (default LogSigLoss())."""
+        lm_rows = (chosen, chosen_mask, chosen, chosen_response_mask)
+        return self.rm_and_lm_loss(
+            chosen, chosen_mask, rejected, rejected_mask, lm_rows, lm_coef, loss_fn or LogSigLoss()
+        )
+
+    def rm_and_lm_loss(
+        self, chosen, chosen_mask, rejected, rejected_mask, lm_rows, lm_coef, pair_loss
+    ):
+        """pair_loss(r_c, r_r) + lm_coef * the LM term, and the stats: the steps loss() and
+        llmbook_loss() share. lm_rows = (tokens, mask, targets, response_mask): the rows the LM
+        term reads; when they are the chosen rows, their states are the pair forward's. One
+        backbone call scores both halves; the LM head runs only where a response token is
+        predicted, LM_CHUNK tokens at a time, so no (B, T, vocab) logits exist (at a 49k
+        vocabulary they would be the whole memory)."""
         B = chosen.size(0)
         tokens, mask = pad_and_concat(chosen, chosen_mask, rejected, rejected_mask)  # (2B, T)
         h = self.backbone.hidden_states(tokens, mask)  # (2B, T, dim)
         r = score_last_token(self.head, h, mask)  # (2B,)
         r_c, r_r = r[:B], r[B:]
-        rm_loss = pairwise_loss(kind, r_c, r_r, margin=margin, center_coef=center_coef)
-
-        lm_loss = self.response_lm_loss(h[:B], chosen, chosen_response_mask)
+        rm_loss = pair_loss(r_c, r_r)
+        lm_tokens, lm_mask, targets, response_mask = lm_rows
+        same = lm_tokens.shape == chosen.shape and torch.equal(lm_tokens, chosen)
+        if same and torch.equal(lm_mask, chosen_mask):  # the chosen rows: their states are here
+            h_lm = h[:B, : lm_tokens.size(1)]  # (right padding changes no earlier state)
+        else:
+            h_lm = self.backbone.hidden_states(lm_tokens, lm_mask)  # (B, T, dim)
+        lm_loss = self.response_lm_loss(h_lm, targets, response_mask)
         return rm_loss + lm_coef * lm_loss, pair_stats(r_c, r_r, rm_loss, lm_loss=lm_loss)
 
     def response_lm_loss(self, h, targets, response_mask):
@@ -395,7 +480,7 @@ class LMRegularizedRewardModel(RewardModel):
             sent1_idx, attention_mask_1   the chosen rows (B, T1) and their mask
             sent2_idx, attention_mask_2   the rejected rows (B, T2) and their mask
             labels (B,)   which sentence people preferred: 0 = sent1, 1 = sent2 (soft in
-                          between). The book's data is all 0, sent1 the chosen, and is accepted
+                          between); (B, T), one value per row, as the book's example passes. The book's data is all 0, sent1 the chosen, and is accepted
                           as it meant it: the book's BCE(r1 - r2, labels) with 0 trains towards
                           sent2, the rejected; here the target is 1 - labels.
             prompt_ids, lm_attn_mask      the rows (B, T) the LM term reads, and their mask
@@ -404,20 +489,18 @@ class LMRegularizedRewardModel(RewardModel):
                           book predicts response_ids[t] from position t, an identity copy).
         Rewards are pooled at each row's last real token (the book scores every position).
         Other keywords (the Trainer's) are ignored."""
-        B = sent1_idx.size(0)
-        tokens, mask = pad_and_concat(sent1_idx, attention_mask_1, sent2_idx, attention_mask_2)
-        h = self.backbone.hidden_states(tokens, mask)  # (2B, T, dim)
-        r = score_last_token(self.head, h, mask)  # (2B,)
-        r_c, r_r = r[:B], r[B:]
-        rm_loss = pairwise_loss("bce", r_c, r_r, labels=1 - labels.float())
+        labels = labels.float()
+        if labels.dim() == 2:  # the book's example passes zeros (B, T): one value per row
+            if not torch.equal(labels, labels[:, :1].expand_as(labels)):
+                raise ValueError("labels (B, T) must hold one value per row (which sentence won)")
+            labels = labels[:, 0]
+        if labels.shape != (sent1_idx.size(0),):
+            raise ValueError(f"labels must be (B,) or (B, T), got {tuple(labels.shape)}")
+        prefer = lambda r_c, r_r: pairwise_loss("bce", r_c, r_r, labels=1 - labels)
         response = (response_ids != -100) & (lm_attn_mask != 0)  # (B, T)
-        same = prompt_ids.shape == sent1_idx.shape and torch.equal(prompt_ids, sent1_idx)
-        if same and torch.equal(lm_attn_mask, attention_mask_1):  # the chosen rows again
-            h_lm = h[:B, : prompt_ids.size(1)]  # (right padding changes no earlier state)
-        else:
-            h_lm = self.backbone.hidden_states(prompt_ids, lm_attn_mask)  # (B, T, dim)
-        lm_loss = self.response_lm_loss(h_lm, response_ids, response)
-        return rm_loss + lm_coef * lm_loss, pair_stats(r_c, r_r, rm_loss, lm_loss=lm_loss)
+        lm_rows = (prompt_ids, lm_attn_mask, response_ids, response)
+        pair = (sent1_idx, attention_mask_1, sent2_idx, attention_mask_2)
+        return self.rm_and_lm_loss(*pair, lm_rows, lm_coef, prefer)
 
     def loss_packed(self, *args, **kwargs):
         raise ValueError("the LM term reads every response token: packed rows are for --lm_coef 0")

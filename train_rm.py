@@ -35,14 +35,16 @@ from the prepare script; the cache is built by rank 0 alone.
 import math
 import os
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, is_dataclass, replace
 from functools import lru_cache
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.optim.lr_scheduler import LambdaLR
 
+import nanorm.calibrate as calibrate
 from data import UsageError, run
 from data.pairs import (
     BALANCE,
@@ -53,12 +55,13 @@ from data.pairs import (
     dataset_dir,
     open_dataset,
 )
-from eval_rm import all_reduce_sum, evaluate, fit_calibration
+from eval_rm import all_reduce_sum, as_batch, evaluate
 from model import ModelConfig
 from nanorm.ckpt import check_tokenizer, resume, save_checkpoint
 from nanorm.cli import AT_LEAST_1, NON_NEGATIVE, POSITIVE, one_of, opt, parse_config
-from nanorm.report import subsets_of, write_report, write_served_report
+from nanorm.report import response_lengths, subsets_of, write_report, write_served_report
 from nanorm.runtime import (
+    Processes,
     Speedometer,
     append_row,
     check_finite,
@@ -68,7 +71,7 @@ from nanorm.runtime import (
     setup_processes,
     start_log,
 )
-from reward import LOSSES, LMRegularizedRewardModel, RewardModel, accuracy
+from reward import LOSSES, LMRegularizedRewardModel, LogSigLoss, PairwiseLoss, RewardModel, accuracy
 
 # A feature behind a flag is imported where its flag is handled, so a default run loads only
 # what it runs: --fsdp (nanorm/fsdp.py), --lora_rank (nanorm/lora.py), --length_head
@@ -153,6 +156,11 @@ class TrainConfig:
     )
     lora_alpha: float = opt(16.0, "LoRA's scale alpha (the update is alpha / rank * B @ A)")
     fsdp: bool = opt(False, "under torchrun: shard weights, grads and AdamW state (nanorm/fsdp.py)")
+    save_interval: int = opt(
+        0, "> 0: also keep out_dir/ckpt-<step>.pt every this many steps", NON_NEGATIVE
+    )
+    log_dir: str = opt("", "write TensorBoard events here (needs the tensorboard package)")
+    wandb: bool = opt(False, "log to Weights & Biases (needs the wandb package)")
     resume: bool = opt(False, "continue from out_dir/ckpt.pt")
     overwrite: bool = opt(False, "start afresh in an out_dir that holds a run (replaces its files)")
 
@@ -184,8 +192,10 @@ def load_data(cfg, proc):
             f"{d} has {len(train)} training pairs, fewer than one global batch of {G}: "
             "lower --batch_size or --grad_accum"
         )
-    if cfg.epochs:  # each epoch is len(train) // G steps (the last partial batch is dropped)
-        cfg.max_iters = cfg.epochs * (len(train) // G)
+    if len(val) == 0:
+        raise UsageError(
+            f"{d} has no held-out pairs (val.npz): prepare it with a larger --val_frac"
+        )
     return meta, train, val
 
 
@@ -220,9 +230,9 @@ def build_model(cfg, meta):
         rm = Model.from_config(
             ModelConfig(**shape, vocab_size=meta["vocab_size"], dropout=cfg.dropout)
         )
-    else:
+    else:  # any checkpoint: a foreign backbone gets a new head; our ckpt.pt gives its heads
         try:
-            rm = Model.from_backbone_checkpoint(cfg.init)
+            rm = Model(pretrained=cfg.init).train()
         except ValueError as e:  # the readers' "wrong format, shapes do not fit": one line
             raise UsageError(str(e) if cfg.init in str(e) else f"{cfg.init}: {e}") from None
     if cfg.subset_experts:
@@ -275,7 +285,8 @@ def heads_of(rm):
 
 def make_optimizer(rm, cfg, device):
     """AdamW on the weights that train, with decay on matrices only (never norms and biases);
-    --head_lr: every head at its own peak."""
+    --head_lr: every head at its own peak, on the same schedule. Each group's initial_lr is its
+    peak, which the scheduler (LambdaLR) scales."""
     head = {id(p) for m in heads_of(rm) for p in m.parameters()} if cfg.head_lr else set()
     params = [p for p in rm.parameters() if p.requires_grad]
     body = [p for p in params if id(p) not in head]
@@ -283,60 +294,45 @@ def make_optimizer(rm, cfg, device):
         {"params": [p for p in body if p.dim() >= 2], "weight_decay": cfg.weight_decay},
         {"params": [p for p in body if p.dim() < 2], "weight_decay": 0.0},
     ]
-    if head:  # its own peak, on the same schedule: lr_scale multiplies get_lr's value
+    if head:
         heads = [p for p in params if id(p) in head]
-        groups.append({"params": heads, "weight_decay": 0.0, "lr_scale": cfg.head_lr / cfg.lr})
+        groups.append({"params": heads, "weight_decay": 0.0, "lr": cfg.head_lr})
+    for g in groups:
+        g["initial_lr"] = g.get("lr", cfg.lr)
     fused = device.startswith("cuda")
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95), fused=fused), params
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95), fused=fused)
 
 
 def open_caches(cfg, proc, rm, train, val, say):
     """(train, val) cache.FrozenCache of the frozen layers' output, when --train_layers freezes
     some and the model reads the last layer at the reward tokens alone (the plain RM, ODIN's; the
     LM term reads every token); else (None, None). A cached run trains and evaluates on packed
-    rows, an exact re-layout."""
+    rows, an exact re-layout (main sets --pack)."""
     reads_ends = not isinstance(rm, LMRegularizedRewardModel)  # the plain RM's, ODIN's
     if not (cfg.cache and cfg.train_layers and reads_ends and cfg.init != "scratch"):
         return None, None
     from nanorm.cache import open_caches_of  # --train_layers on a pretrained model
 
-    cfg.pack, d = True, dataset_dir(cfg.dataset)
+    d = dataset_dir(cfg.dataset)
     first = len(rm.backbone.layers) - cfg.train_layers
     return open_caches_of(rm.backbone, cfg.init, d, first, train, val, proc, cfg.cache_dir, say)
 
 
-def make_trainer(rm, cfg, proc):
-    """PairStep around rm: compiled if asked, wrapped in DDP under torchrun (FSDP shards rm
-    itself: fsdp.shard)."""
-    trainer = PairStep(rm, cfg)
-    if cfg.compile:
-        trainer = torch.compile(trainer)
-    if proc.ddp and not cfg.fsdp:
-        trainer = DDP(trainer, device_ids=[proc.local_rank] if proc.cuda else None)
-    return trainer
-
-
 class PairStep(nn.Module):
     """What DDP wraps: it syncs gradients only for work done inside a module's forward().
-    The objective is the model's own loss() (the pairwise loss, plus the LM term of the
-    LM-regularized model, or ODIN's length terms); this passes the batch and the options
-    through. Returns {objective: what backward sees, rm_loss: the pairwise loss alone
-    (comparable with evaluate's), r_chosen, r_rejected, accuracy, and the model's own terms}."""
+    The objective is the model's own loss() (the pairwise loss loss_fn, plus the LM term of the
+    LM-regularized model, or ODIN's length terms, or the gate's); options are that model's
+    own (lm_coef, length_coef, gate_coef), and groups=True passes each pair's subset. Returns
+    {objective: what backward sees, rm_loss: the pairwise loss alone (comparable with
+    evaluate's), r_chosen, r_rejected, accuracy, and the model's own terms}."""
 
-    def __init__(self, rm, cfg):
+    def __init__(self, rm, loss_fn, options=None, pack=False, groups=False):
         super().__init__()
-        self.rm, self.pack = rm, cfg.pack
-        self.options = dict(kind=cfg.loss, margin=cfg.margin, center_coef=cfg.center_coef)
-        if isinstance(rm, LMRegularizedRewardModel):
-            self.options["lm_coef"] = cfg.lm_coef
-        if hasattr(rm, "length_head") and cfg.length_coef is not None:  # --length_head
-            self.options["length_coef"] = cfg.length_coef
-        self.grouped = hasattr(rm, "gate")  # --subset_experts: the gate learns each pair's subset
-        if self.grouped and cfg.gate_coef is not None:
-            self.options["gate_coef"] = cfg.gate_coef
+        self.rm, self.loss_fn, self.pack, self.groups = rm, loss_fn, pack, groups
+        self.options = dict(options or {}, loss_fn=loss_fn)
 
     def forward(self, b):
-        options = dict(self.options, groups=b.groups) if self.grouped else self.options
+        options = dict(self.options, groups=b.groups) if self.groups else self.options
         if self.pack:  # one row per pair, the prompt computed once (data/pairs.py pack_pairs)
             row = (b.tokens, b.segments, b.positions, b.chosen_end, b.rejected_end)
             flex = b.tokens.is_cuda  # FlexAttention's block mask on CUDA
@@ -361,6 +357,349 @@ def step_figures(out):
     figures.update(reward_chosen=r_c.mean(), reward_rejected=r_r.mean())
     figures.update({k: out[k].float() for k in MODEL_TERMS if k in out})
     return figures
+
+
+# ----------------------------------------------------------------------------- the trainer
+class RewardModelTrainer:
+    """ColossalChat's RewardModelTrainer, and the one training loop: `python train_rm.py`
+    builds a model, its data, optimizer and scheduler from the flags and calls fit().
+
+        trainer = RewardModelTrainer(model, optimizer, lr_scheduler, tokenizer, max_epochs=1,
+                                     accumulation_steps=4, save_interval=500, save_dir="out")
+        trainer.fit(train_preference_dataloader=train_dl, eval_preference_dataloader=eval_dl,
+                    log_dir="out/tb", use_wandb=False)
+
+    The seed's arguments: loss_fn(chosen_reward, reject_reward), default LogSigLoss(beta); the
+    scheduler steps once per optimizer step; save_interval > 0 keeps a numbered checkpoint
+    save_dir/ckpt-<step>.pt every save_interval steps, beside the resumable save_dir/ckpt.pt
+    written at each evaluation; every training interval and evaluation is a row of
+    save_dir/log.jsonl; log_dir writes TensorBoard events, use_wandb logs to Weights & Biases.
+    The dataloaders yield ColossalChat's preference dicts (chosen_input_ids,
+    chosen_attention_mask, reject_input_ids, reject_attention_mask) or nanoRM's batches; the
+    eval set may be a PairDataset. ColossalAI's booster, plugin and coordinator have no
+    counterpart: run under torchrun (DDP, or --fsdp) and pass proc (runtime.setup_processes).
+
+    nanoRM's keywords after those: max_steps (stop there; default every epoch), start_step (a
+    resumed run's), grad_clip, log_interval, eval_interval (0: at each epoch's end), eval_first
+    (evaluate the untrained model), eval_options (evaluate's pad_id, batch_size, n_pairs, cache
+    for a PairDataset), options (the model's own: lm_coef, length_coef, gate_coef), groups
+    (pass each pair's subset), pack (packed batches), compile, fsdp, lora, meta and
+    train_config (stored in the checkpoints)."""
+
+    def __init__(
+        self,
+        model,
+        optimizer,
+        lr_scheduler,
+        tokenizer=None,
+        loss_fn=None,
+        max_epochs=1,
+        beta=0.1,
+        accumulation_steps=1,
+        start_epoch=0,
+        save_interval=0,
+        save_dir=None,
+        *,
+        max_steps=None,
+        start_step=0,
+        grad_clip=1.0,
+        log_interval=25,
+        eval_interval=0,
+        eval_first=False,
+        eval_options=None,
+        options=None,
+        groups=False,
+        pack=False,
+        compile=False,
+        fsdp=False,
+        lora=False,
+        proc=None,
+        meta=None,
+        train_config=None,
+    ):
+        self.model, self.optimizer, self.lr_scheduler = model, optimizer, lr_scheduler
+        self.tokenizer = tokenizer  # the seed saves it; a checkpoint carries meta's tokenizer
+        self.loss_fn = LogSigLoss(beta=beta) if loss_fn is None else loss_fn
+        self.max_epochs, self.accumulation_steps = max_epochs, accumulation_steps
+        self.start_epoch, self.save_interval, self.save_dir = start_epoch, save_interval, save_dir
+        self.max_steps, self.step, self.grad_clip = max_steps, start_step, grad_clip
+        self.log_interval, self.eval_interval, self.eval_first = (
+            log_interval,
+            eval_interval,
+            eval_first,
+        )
+        self.eval_options = eval_options or {}
+        self.fsdp, self.lora, self.meta, self.train_config = fsdp, lora, meta, train_config
+        self.proc = proc or one_process(model)
+        self.say = print if self.proc.master else lambda *args, **kwargs: None  # rank 0 speaks
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.eval_metrics, self.eval_rewards = None, None  # the last evaluation
+        # compiled if asked, wrapped in DDP under torchrun (FSDP shards the model itself)
+        self.step_fn = PairStep(model, self.loss_fn, options, pack, groups)
+        if compile:
+            self.step_fn = torch.compile(self.step_fn)
+        if self.proc.ddp and not fsdp:
+            device_ids = [self.proc.local_rank] if self.proc.cuda else None
+            self.step_fn = DDP(self.step_fn, device_ids=device_ids)
+
+    def path(self, name):
+        return os.path.join(self.save_dir, name) if self.save_dir else None
+
+    def fit(
+        self,
+        train_preference_dataloader,
+        eval_preference_dataloader=None,
+        log_dir=None,
+        use_wandb=False,
+    ):
+        """Train for max_epochs (or up to max_steps), evaluating at each eval_interval and
+        each epoch's end and saving there; returns the last evaluation's metrics."""
+        proc, accum, train = self.proc, self.accumulation_steps, train_preference_dataloader
+        self.eval_data, self.loggers = (
+            eval_preference_dataloader,
+            open_loggers(log_dir, use_wandb, self.train_config, proc.master),
+        )
+        if self.step == 0 and self.eval_first:
+            self.evaluate_and_save(last=self.max_steps == 0)
+        self.speed, start_step = Speedometer(), self.step
+        interval, n_logged = {}, 0  # sums of the training figures since the last log line
+        for epoch in range(self.start_epoch, self.max_epochs):
+            for sampler in (train, getattr(train, "sampler", None)):  # each epoch its order
+                if hasattr(sampler, "set_epoch"):
+                    sampler.set_epoch(epoch)
+            self.optimizer.zero_grad(set_to_none=True)  # a last incomplete step is dropped
+            n_batches = len(train) if hasattr(train, "__len__") else None
+            figures, tokens, computed = {}, 0, 0
+            for i, b in enumerate(train):
+                if self.max_steps is not None and self.step >= self.max_steps:
+                    break
+                # forward backward update, with gradient accumulation to simulate a larger
+                # batch: accum micro-steps, then one optimizer step
+                micro = i % accum
+                b = as_batch(b).to(proc.device)
+                # sync gradients across ranks only on the last micro-step: once per optimizer step
+                sync = nullcontext()
+                if proc.ddp and micro < accum - 1:  # DDP's no_sync, or FSDP's
+                    sync = self.no_sync()
+                with sync, proc.ctx:
+                    out = self.step_fn(b)
+                    # each micro-step's loss is a mean over its pairs; dividing by accum makes the
+                    # summed gradient the mean over the whole batch, as one big step would give
+                    (out["objective"] / accum).backward()
+                for k, v in step_figures(out).items():  # this step's: the mean of its micro-steps
+                    figures[k] = figures.get(k, 0.0) + v / accum  # on the device, no sync
+                tokens += b.n_tokens
+                computed += getattr(b, "n_packed", b.n_tokens)  # packed: each prompt once
+                if micro < accum - 1:
+                    continue
+                lr = self.optimizer.param_groups[0]["lr"]
+                metrics = self.update(figures, tokens, computed)
+                figures, tokens, computed = {}, 0, 0
+                # the log shows means over the steps since the last log line, not one noisy batch
+                for k, v in metrics.items():
+                    interval[k] = interval.get(k, 0.0) + v
+                n_logged += 1
+                last = self.step == self.max_steps
+                if self.step % self.log_interval == 0 or last:
+                    self.log_train(interval, n_logged, lr, self.step - start_step)
+                    interval, n_logged = {}, 0
+                epoch_end = n_batches is not None and i + 1 >= n_batches - n_batches % accum
+                if (
+                    (self.eval_interval and self.step % self.eval_interval == 0)
+                    or epoch_end
+                    or last
+                ):
+                    self.evaluate_and_save(last=last)
+                if self.save_interval and self.step % self.save_interval == 0 and proc.master:
+                    self.save(self.path(f"ckpt-{self.step}.pt"))
+        for logger in self.loggers:
+            logger.close()
+        return self.eval_metrics
+
+    def no_sync(self):
+        if self.fsdp:
+            from nanorm.fsdp import no_sync  # --fsdp
+
+            return no_sync(self.model)
+        return self.step_fn.no_sync()
+
+    def update(self, figures, tokens, computed):
+        """One optimizer step on the accumulated gradients, after the figures of every rank
+        are summed (one device-to-host copy per step, one all_reduce); -> the step's figures,
+        averaged over the ranks, with grad_norm."""
+        proc = self.proc
+        metrics = dict(zip(figures, torch.stack(list(figures.values())).tolist(), strict=True))
+        metrics |= dict(tokens=tokens, computed=computed)
+        metrics = all_reduce_sum(metrics, proc.world, proc.device)
+        self.speed.add(metrics.pop("tokens"), metrics.pop("computed"))  # over all ranks
+        metrics = {k: v / proc.world for k, v in metrics.items()}
+        check_finite(metrics["objective"], self.step, self.path("ckpt.pt"))
+        # the norm before clipping is logged: it shows instabilities, and it is what the tests
+        # use to check that accumulation scales the gradient right (Adam would hide a 4x error)
+        clip = self.grad_clip or math.inf
+        metrics["grad_norm"] = torch.nn.utils.clip_grad_norm_(self.params, clip).item()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.lr_scheduler is not None:
+            self.lr_scheduler.step()
+        self.step += 1
+        return metrics
+
+    def log_train(self, interval, n_logged, lr, steps_done):
+        row = dict(step=self.step, split="train", lr=lr, steps=n_logged)
+        row.update({k: v / n_logged for k, v in interval.items()})
+        steps_left = (self.max_steps or self.step) - self.step
+        row["tok_per_s"], line = self.speed.report(self.model, self.proc, steps_done, steps_left)
+        self.log(row)
+        lm = f" | lm {row['lm_loss']:.4f}" if "lm_loss" in row else ""
+        lm += f" | gate acc {row['gate_acc']:.3f}" if "gate_acc" in row else ""
+        total = f"/{self.max_steps}" if self.max_steps is not None else ""
+        self.say(
+            f"step {self.step}{total} | mean of {n_logged} steps: loss {row['loss']:.4f} | "
+            f"acc {row['acc']:.3f}{lm} | margin {row['margin']:.3f} | lr {lr:.2e} | {line}"
+        )
+
+    def log(self, row):
+        """A row of log.jsonl (rank 0), and of TensorBoard and W&B where they are on."""
+        if not self.proc.master:
+            return
+        if self.save_dir:
+            append_row(self.path("log.jsonl"), row)
+        for logger in self.loggers:
+            logger.log(row)
+
+    def evaluate(self, last=False):
+        """(metrics, rewards) on the eval data, every rank taking part (under FSDP on the
+        whole weights, gathered once: fsdp.gathered says why); rewards only if last."""
+        gathered = nullcontext()
+        if self.fsdp:
+            from nanorm.fsdp import gathered  # --fsdp
+
+            gathered = gathered(self.model)
+        scoring = dict(self.eval_options, loss_fn=self.loss_fn, ctx=self.proc.ctx)
+        scoring.update(rank=self.proc.rank, world=self.proc.world, return_rewards=last)
+        with gathered:
+            return evaluate(self.model, self.eval_data, **scoring)
+
+    def evaluate_and_save(self, last=False):
+        """Once in a while: evaluate on the held-out pairs (all ranks take part), log it, and
+        save the resumable save_dir/ckpt.pt (not at the step a run starts or resumes from)."""
+        if self.eval_data is not None:
+            self.eval_metrics, self.eval_rewards = self.evaluate(last)
+            ev = self.eval_metrics
+            self.log(dict(step=self.step, split="eval", **ev))
+            self.say(f"step {self.step}: eval " + ", ".join(f"{k} {ev[k]:.4f}" for k in EVAL_SHOWN))
+        if self.step > 0 and self.save_dir:
+            self.save(self.path("ckpt.pt"))
+
+    def save(self, path):
+        """The model, optimizer, scheduler and step, written atomically by rank 0 (under FSDP
+        every rank gathers the state; with LoRA the adapters are folded into the weights, so
+        the checkpoint has the base model's keys)."""
+        full = {}
+        if self.fsdp:
+            from nanorm.fsdp import full_state  # --fsdp
+
+            full = full_state(self.model, self.optimizer)
+        if self.lora:
+            from nanorm.lora import merged_state_dict  # --lora_rank
+
+            full = dict(model_state=merged_state_dict(self.model))
+        if self.proc.master:
+            sched = self.lr_scheduler.state_dict() if self.lr_scheduler is not None else None
+            save_checkpoint(
+                path, self.model, self.meta, self.optimizer, self.step, self.train_config,
+                lr_scheduler=sched, **full,
+            )  # fmt: skip
+
+
+def one_process(model):
+    """The Processes of a trainer built in Python without torchrun: one, on the model's
+    device, in the model's dtype (no autocast)."""
+    device = str(next(model.parameters()).device)
+    return Processes(False, 0, 0, 1, device, "float32", nullcontext())
+
+
+class Logger:
+    """TensorBoard (torch.utils.tensorboard, needs the tensorboard package) or Weights & Biases
+    (wandb): each row of log.jsonl as scalars named split/key, at its step."""
+
+    def __init__(self, kind, log_dir, config):
+        self.kind = kind
+        if kind == "tensorboard":
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                raise UsageError(
+                    "--log_dir writes TensorBoard events: pip install tensorboard"
+                ) from None
+            self.writer = SummaryWriter(log_dir)
+        else:
+            try:
+                import wandb
+            except ImportError:
+                raise UsageError("--wandb logs to Weights & Biases: pip install wandb") from None
+            self.run = wandb.init(project="nanorm", dir=log_dir, config=config)
+
+    def log(self, row):
+        scalars = {
+            f"{row['split']}/{k}": v
+            for k, v in row.items()
+            if k not in ("step", "split") and isinstance(v, (int, float))
+        }
+        if self.kind == "tensorboard":
+            for k, v in scalars.items():
+                self.writer.add_scalar(k, v, row["step"])
+        else:
+            self.run.log(scalars, step=row["step"])
+
+    def close(self):
+        if self.kind == "tensorboard":
+            self.writer.close()
+        else:
+            self.run.finish()
+
+
+def open_loggers(log_dir, use_wandb, train_config, master):
+    """The loggers fit() writes to beside log.jsonl, on rank 0."""
+    if not master:
+        return []
+    config = asdict(train_config) if is_dataclass(train_config) else train_config
+    loggers = [Logger("tensorboard", log_dir, config)] if log_dir else []
+    if use_wandb:
+        loggers.append(Logger("wandb", log_dir, config))
+    return loggers
+
+
+class PairBatches:
+    """train_rm.py's training data as fit() reads it: for each step of an epoch, grad_accum
+    micro-batches, this rank's slice of the step's global batch (batch_indices), padded or
+    packed (with the frozen layers' cached output when there is a cache). An epoch here is
+    steps_per_epoch optimizer steps from first_step on (a resumed run's), none past max_iters."""
+
+    def __init__(self, data, cfg, proc, pad_id, cache, steps_per_epoch, first_step):
+        self.data, self.cfg, self.proc, self.pad_id, self.cache = data, cfg, proc, pad_id, cache
+        self.steps_per_epoch, self.first_step, self.epoch = steps_per_epoch, first_step, 0
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+
+    def steps(self):
+        start = max(self.first_step, self.epoch * self.steps_per_epoch)
+        return range(start, min((self.epoch + 1) * self.steps_per_epoch, self.cfg.max_iters))
+
+    def __len__(self):
+        return len(self.steps()) * self.cfg.grad_accum
+
+    def __iter__(self):
+        cfg, proc = self.cfg, self.proc
+        for step in self.steps():
+            for micro in range(cfg.grad_accum):
+                idx = batch_indices(step, micro, proc.rank, proc.world, cfg, self.data)
+                if cfg.pack:  # one row per pair; with a cache, the frozen layers' output too
+                    yield self.data.collate_packed(idx, self.pad_id, self.cache)
+                else:
+                    yield self.data.collate(idx, self.pad_id)
 
 
 # ----------------------------------------------------------------- the schedule and the batches
@@ -405,116 +744,94 @@ def main(argv=None):
     check_out_dir(cfg, proc)
     torch.manual_seed(cfg.seed)  # same initial weights on every rank
     meta, train, val = load_data(cfg, proc)
+    steps_per_epoch = len(train) // (cfg.batch_size * cfg.grad_accum * proc.world)
+    if cfg.epochs:  # each epoch is that many steps (the last partial batch is dropped)
+        cfg = replace(cfg, max_iters=cfg.epochs * steps_per_epoch)
     rm = build_model(cfg, meta).to(proc.device)
+    load_full_state = None  # how a sharded model takes a full state (--resume)
     if cfg.fsdp:  # before the optimizer, which must hold the shards
-        from nanorm.fsdp import full_state, gathered, load_full_state, no_sync, shard  # --fsdp
+        from nanorm.fsdp import load_full_state, shard  # --fsdp
 
         shard(rm, proc)
-    if cfg.lora_rank:
-        from nanorm.lora import merged_state_dict  # --lora_rank
-    optimizer, params = make_optimizer(rm, cfg, proc.device)
+    optimizer = make_optimizer(rm, cfg, proc.device)
     ckpt_path, log_path = (os.path.join(cfg.out_dir, f) for f in ("ckpt.pt", "log.jsonl"))
-    load = load_full_state if cfg.fsdp else None  # a full state, scattered into the shards
-    step = resume(ckpt_path, rm, optimizer, proc.device, meta, load) if cfg.resume else 0
+    step = 0
+    if cfg.resume:  # under FSDP a full state, scattered into the shards
+        step = resume(ckpt_path, rm, optimizer, proc.device, meta, load_full_state)
+        if step > cfg.max_iters:
+            raise UsageError(
+                f"{ckpt_path} is at step {step}, past --max_iters {cfg.max_iters}: "
+                "raise --max_iters to train further"
+            )
+    # the learning rate of step s is get_lr(s): the scheduler scales each group's initial_lr
+    scheduler = LambdaLR(optimizer, lambda s: get_lr(s, cfg) / cfg.lr, last_epoch=step - 1)
     say = print if proc.master else lambda *args, **kwargs: None  # rank 0 speaks and writes
-    cfg.resume and say(f"resuming from step {step} of {ckpt_path}")
-    proc.master and start_log(log_path, keep_until=step if cfg.resume else None)
+    if cfg.resume:
+        say(f"resuming from step {step} of {ckpt_path}")
+    if proc.master:
+        start_log(log_path, keep_until=step if cfg.resume else None)
     say(describe(rm, cfg, proc, train, val))
     caches = open_caches(cfg, proc, rm, train, val, say)
-    trainer = make_trainer(rm, cfg, proc)
-    log = lambda row: proc.master and append_row(log_path, row)
-    # once in a while: evaluate on the held-out pairs (all ranks take part)
-    scoring = dict(loss=cfg.loss, margin=cfg.margin, center_coef=cfg.center_coef, ctx=proc.ctx)
-    scoring.update(n_pairs=cfg.eval_pairs, rank=proc.rank, world=proc.world, cache=caches[1])
-
-    def held_out(last):  # under FSDP on the whole weights, gathered once (fsdp.gathered: why)
-        with gathered(rm) if cfg.fsdp else nullcontext():
-            return evaluate(rm, val, meta["pad_id"], cfg.batch_size, **scoring, return_rewards=last)
-
-    speed, start_step, ev, rewards = Speedometer(), step, None, None
-    interval, n_logged = {}, 0  # sums of the training figures since the last log line
-    while True:
-        epoch_end = cfg.epochs and step % (cfg.max_iters // cfg.epochs) == 0
-        if step % cfg.eval_interval == 0 or step == cfg.max_iters or epoch_end:
-            # skipped: a resumed step (evaluated before its save) and, if asked, step 0
-            if not (cfg.resume and step == start_step) and (step or cfg.eval_first):
-                ev, rewards = held_out(step == cfg.max_iters)  # the last keeps its rewards
-                log(dict(step=step, split="eval", **ev))
-                say(f"step {step}: eval " + ", ".join(f"{k} {ev[k]:.4f}" for k in EVAL_SHOWN))
-                if step > start_step:  # under FSDP all ranks gather the state, rank 0 writes
-                    full = full_state(rm, optimizer) if cfg.fsdp else {}
-                    if cfg.lora_rank:  # the adapters folded in: the checkpoint has HF's keys
-                        full = dict(model_state=merged_state_dict(rm))
-                    proc.master and save_checkpoint(
-                        ckpt_path, rm, meta, optimizer, step, cfg, **full
-                    )
-        if step == cfg.max_iters:
-            break
-        lr = get_lr(step, cfg)
-        for g in optimizer.param_groups:
-            g["lr"] = lr * g.get("lr_scale", 1.0)
-        # forward backward update, with gradient accumulation to simulate a larger batch.
-        # tokens_computed is for MFU: with --pack each prompt is computed once, not twice
-        figures, tokens, computed = {}, 0, 0
-        for micro in range(cfg.grad_accum):
-            idx = batch_indices(step, micro, proc.rank, proc.world, cfg, train)
-            # --pack: one row per pair; with a cache, the frozen layers' output comes along
-            pad = meta["pad_id"]
-            b = train.collate_packed(idx, pad, caches[0]) if cfg.pack else train.collate(idx, pad)
-            b = b.to(proc.device)
-            # sync gradients across ranks only on the last micro-step: once per optimizer step
-            sync = nullcontext()
-            if proc.ddp and micro < cfg.grad_accum - 1:  # DDP's no_sync, or FSDP's
-                sync = no_sync(rm) if cfg.fsdp else trainer.no_sync()
-            with sync, proc.ctx:
-                out = trainer(b)
-                # each micro-step's loss is a mean over its pairs; dividing by grad_accum makes
-                # the summed gradient the mean over the whole batch, as one big step would give
-                (out["objective"] / cfg.grad_accum).backward()
-            for k, v in step_figures(out).items():  # this step's: the mean of its micro-steps
-                figures[k] = figures.get(k, 0.0) + v / cfg.grad_accum  # on the device, no sync
-            tokens += b.n_tokens
-            computed += b.n_packed if cfg.pack else b.n_tokens
-        # one device-to-host copy per step, and one all_reduce for every figure and rank
-        metrics = dict(zip(figures, torch.stack(list(figures.values())).tolist(), strict=True))
-        metrics = all_reduce_sum(
-            metrics | dict(tokens=tokens, computed=computed), proc.world, proc.device
-        )
-        objective = metrics["objective"] / proc.world
-        check_finite(objective, step, ckpt_path)
-        # the norm before clipping is logged: it shows instabilities, and it is what the tests use
-        # to check that accumulation scales the gradient right (Adam alone would hide a 4x error)
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip or math.inf).item()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        step += 1
-        speed.add(metrics.pop("tokens"), metrics.pop("computed"))
-        # the log shows means over the steps since the last log line, not one noisy batch
-        for k, v in metrics.items():
-            interval[k] = interval.get(k, 0.0) + v / proc.world
-        interval["grad_norm"] = interval.get("grad_norm", 0.0) + grad_norm
-        n_logged += 1
-        if step % cfg.log_interval == 0 or step == cfg.max_iters:
-            row = dict(step=step, split="train", lr=lr, steps=n_logged)
-            row.update({k: v / n_logged for k, v in interval.items()})
-            row["tok_per_s"], line = speed.report(rm, proc, step - start_step, cfg.max_iters - step)
-            log(row)
-            lm = f" | lm {row['lm_loss']:.4f}" if "lm_loss" in row else ""
-            lm += f" | gate acc {row['gate_acc']:.3f}" if "gate_acc" in row else ""
-            say(
-                f"step {step}/{cfg.max_iters} | mean of {n_logged} steps: loss {row['loss']:.4f} | "
-                f"acc {row['acc']:.3f}{lm} | margin {row['margin']:.3f} | lr {lr:.2e} | {line}"
-            )
-            interval, n_logged = {}, 0
-
+    if caches[0] is not None:  # a cached run trains and evaluates on packed rows
+        cfg = replace(cfg, pack=True)
+    epochs, per_epoch = (cfg.epochs, steps_per_epoch) if cfg.epochs else (1, cfg.max_iters)
+    trainer = RewardModelTrainer(
+        rm,
+        optimizer,
+        scheduler,
+        loss_fn=PairwiseLoss(cfg.loss, cfg.margin, cfg.center_coef),
+        max_epochs=epochs,
+        accumulation_steps=cfg.grad_accum,
+        start_epoch=min(step // per_epoch, epochs - 1) if per_epoch else 0,
+        save_interval=cfg.save_interval,
+        save_dir=cfg.out_dir,
+        max_steps=cfg.max_iters,
+        start_step=step,
+        grad_clip=cfg.grad_clip,
+        log_interval=cfg.log_interval,
+        eval_interval=cfg.eval_interval,
+        eval_first=cfg.eval_first,
+        eval_options=dict(
+            pad_id=meta["pad_id"],
+            batch_size=cfg.batch_size,
+            n_pairs=cfg.eval_pairs,
+            cache=caches[1],
+        ),
+        options=model_options(rm, cfg),
+        groups=cfg.subset_experts,  # the gate learns each pair's subset
+        pack=cfg.pack,
+        compile=cfg.compile,
+        fsdp=cfg.fsdp,
+        lora=bool(cfg.lora_rank),
+        proc=proc,
+        meta=meta,
+        train_config=cfg,
+    )
+    batches = PairBatches(train, cfg, proc, meta["pad_id"], caches[0], per_epoch, step)
+    trainer.fit(batches, val, log_dir=cfg.log_dir or None, use_wandb=cfg.wandb)
+    ev, rewards = trainer.eval_metrics, trainer.eval_rewards
     if rewards is None:  # resumed at the end: the checkpoint's evaluation was not kept
-        ev, rewards = held_out(True)
+        ev, rewards = trainer.evaluate(last=True)
     cal = None
     if cfg.calibrate_length:  # the reward's length dependence, fitted on the training pairs
-        with gathered(rm) if cfg.fsdp else nullcontext():
-            scoring.update(n_pairs=None, cache=caches[0])
-            cal = fit_calibration(rm, train, meta["pad_id"], cfg.batch_size, **scoring)
-    return finish(cfg, proc, meta, val, ev, rewards, speed, cal)
+        trainer.eval_data = train
+        trainer.eval_options.update(n_pairs=None, cache=caches[0])
+        _, train_rewards = trainer.evaluate(last=True)
+        cal = calibrate.fit_length(train_rewards, response_lengths(train, len(train)))
+    return finish(cfg, proc, meta, val, ev, rewards, trainer.speed, cal)
+
+
+def model_options(rm, cfg):
+    """The options of the model's own loss() that the flags set: the LM term's weight, ODIN's,
+    the gate's (None: the model's default)."""
+    options = {}
+    if isinstance(rm, LMRegularizedRewardModel):
+        options["lm_coef"] = cfg.lm_coef
+    if cfg.length_head and cfg.length_coef is not None:
+        options["length_coef"] = cfg.length_coef
+    if cfg.subset_experts and cfg.gate_coef is not None:
+        options["gate_coef"] = cfg.gate_coef
+    return options
 
 
 def finish(cfg, proc, meta, val, ev, rewards, speed, cal=None):

@@ -6,6 +6,7 @@ Python. RLVR needs no learned reward model:
     2. compare                answers_match("3/4", "0.75")          exact, never a float guess
     3. the reward functions   math_reward(response, gt_answer)      1.0 or 0.0
     4. the reward model       RLVRRewardModel([math_reward, ...], tokenizer=tok)(input_ids, ...)
+                              (ColossalChat's class: each function gets the caller's values)
 
     python verifiable.py          # a tiny demo
     from verifiable import math_reward, gsm8k_reward, RLVRRewardModel
@@ -17,7 +18,7 @@ backtrack catastrophically, bounded work on megabyte inputs (an answer longer th
 MAX_ANSWER_CHARS never matches). torch is imported only by RLVRRewardModel's call.
 """
 
-import inspect
+import functools
 
 import nanorm.algebra.extract as _extract
 from nanorm.algebra.canonical import (  # noqa: F401 (canonical re-exported: bench times it)
@@ -120,7 +121,41 @@ def answers_match(predicted, reference):
 
 
 # ------------------------------------------------------------------ 3. the reward functions
-# Every reward function has the signature fn(response: str, gt_answer: str | None) -> float.
+# Every reward function has the signature fn(response: str, gt_answer: str | None) -> float,
+# and text_reward makes it callable as ColossalChat calls its functions on token ids too.
+
+
+def text_reward(fn):
+    """fn(response, gt_answer), also callable as RLVRRewardModel calls a reward function:
+    fn(input_ids, attention_mask, response_start=s, response_end=e, gt_answer=gt,
+    tokenizer=tok, **kwargs) scores tokenizer.decode(input_ids[s : e + 1]), e inclusive
+    (ColossalChat's reading); s defaults to 0, e to the last real token. Other keywords (a
+    ColossalChat function's tags=, ...) are not this function's and are ignored."""
+
+    @functools.wraps(fn)
+    def reward(response, *args, **kwargs):
+        if isinstance(response, str):
+            return fn(response, *args, **kwargs)
+        return fn(decode_response(response, *args, **kwargs), kwargs.get("gt_answer"))
+
+    return reward
+
+
+def decode_response(
+    input_ids, attention_mask=None, response_start=None, response_end=None, tokenizer=None, **_
+):
+    """The text of input_ids[response_start : response_end + 1] (one row of token ids)."""
+    if tokenizer is None:
+        raise ValueError("a reward function reads token ids with tokenizer=: pass it")
+    ids = [int(t) for t in input_ids]
+    start = 0 if response_start is None else int(response_start)
+    if response_end is not None:
+        end = int(response_end)
+    elif attention_mask is not None:  # the last real token
+        end = max((t for t, m in enumerate(attention_mask) if int(m)), default=-1)
+    else:
+        end = len(ids) - 1
+    return tokenizer.decode(ids[start : end + 1])
 
 
 def _accuracy(response, gt_answer, extract):
@@ -137,11 +172,13 @@ def _accuracy(response, gt_answer, extract):
     return 1.0 if answers_match(predicted, reference) else 0.0
 
 
+@text_reward
 def gsm8k_reward(response, gt_answer):
     """1.0 if the response's answer matches; gt_answer is "18" or a whole "... #### 18" solution."""
     return _accuracy(response, gt_answer, extract_gsm8k)
 
 
+@text_reward
 def math_reward(response, gt_answer):
     """1.0 if the response's answer matches; gt_answer is the answer or a \\boxed{} solution
     (boxes joined as in extract_boxes: "\\boxed{1}, \\boxed{2}" is the answer "1, 2")."""
@@ -151,6 +188,7 @@ def math_reward(response, gt_answer):
 _TAGS = ("<think>", "</think>", "<answer>", "</answer>")
 
 
+@text_reward
 def format_reward(response, gt_answer=None):
     """1.0 when each of <think> </think> <answer> </answer> occurs exactly once, in that order."""
     if not isinstance(response, str) or any(response.count(t) != 1 for t in _TAGS):
@@ -168,7 +206,7 @@ def format_gated(accuracy_fn):
         return accuracy_fn(response, gt_answer) if format_reward(response) else 0.0
 
     gated.__name__ = f"format_gated_{getattr(accuracy_fn, '__name__', 'reward')}"
-    return gated
+    return text_reward(gated)
 
 
 gated_math_reward = format_gated(math_reward)
@@ -184,7 +222,7 @@ def overlong_penalty(max_length, buffer, length=len):
     def penalty(response, gt_answer=None):
         return min(0.0, max(-1.0, (max_length - buffer - length(response)) / buffer))
 
-    return penalty
+    return text_reward(penalty)
 
 
 # ------------------------------------------------------------------ 4. the reward model
@@ -192,110 +230,49 @@ def overlong_penalty(max_length, buffer, length=len):
 
 class RLVRRewardModel:
     """ColossalChat's RLVRRewardModel: the sum of reward functions, shaped like a reward model.
-    __call__ returns a float32 tensor (B,) on input_ids' device; to() and eval() do nothing.
 
         rm = RLVRRewardModel([math_reward, format_reward], tokenizer=tok)
         r = rm(input_ids, attention_mask, response_start=s, response_end=e, gt_answer=answers)
 
-    Two kinds of function go in one list:
-    - ColossalChat's, fn(input_ids, attention_mask, **kwargs), any function that takes **kwargs:
-      called per row as fn(input_ids[i], attention_mask[i], response_start=s_i,
-      response_end=e_i, gt_answer=gt_i, **kwargs), kwargs the constructor's (tokenizer=...,
-      tags=...). Their end is inclusive (they decode input_ids[s : e + 1]): e_i is the index
-      of the response's last token, whichever convention the caller used.
-    - nanoRM's text functions, fn(response, gt_answer) (math_reward, gsm8k_reward,
-      format_reward, ...): called with the response decoded by the tokenizer keyword.
+    Each function is called per row exactly as the seed calls it, with the caller's values as
+    they are (tensors stay tensors) and every constructor keyword:
 
-    Ends. response_end is exclusive (input_ids[b, start:end] is the response, as the experience
-    maker passes start + response length); a caller whose ends are inclusive (the index of the
-    last response token, ColossalChat's reward functions' reading) says
-    response_end_inclusive=True. Either way the last token is read. start and end are an int
-    or one per row (list or tensor); start defaults to 0, end to just past the last 1 of
-    attention_mask (the row's length without a mask). gt_answer: one str per row, or None.
-    weights: one per function (1.0 each by default). VerifiableRewardModel is this class."""
+        fn(input_ids[i], attention_mask[i], response_start=response_start[i],
+           response_end=response_end[i], gt_answer=gt_answer[i], **kwargs)
 
-    def __init__(
-        self, reward_fn_list, tokenizer=None, weights=None, response_end_inclusive=False, **kwargs
-    ):
-        self.reward_fn_list = list(reward_fn_list)
-        self.tokenizer = tokenizer
-        self.kwargs = kwargs if tokenizer is None else {"tokenizer": tokenizer, **kwargs}
-        self.response_end_inclusive = response_end_inclusive
-        self.weights = [1.0] * len(self.reward_fn_list) if weights is None else list(weights)
-        if len(self.weights) != len(self.reward_fn_list):
-            raise ValueError("need one weight per reward function")
-        self.reads_text = [not _takes_kwargs(fn) for fn in self.reward_fn_list]
-        if any(self.reads_text) and tokenizer is None:
-            raise ValueError("text reward functions read the decoded response: pass tokenizer=")
+    The convention for the ends is between the caller and its functions. nanoRM's functions
+    (math_reward, gsm8k_reward, format_reward, ...: text_reward) read ColossalChat's: the
+    response is input_ids[s : e + 1], e the index of its last token. A caller holding exclusive
+    ends (input_ids[s:end] is the response) passes response_end=end - 1. Returns a float32
+    tensor (B,) on input_ids' device; to() and eval() do nothing."""
 
-    @property
-    def reward_fns(self):
-        return self.reward_fn_list
-
-    @staticmethod
-    def _per_row(value, batch):
-        values = value.tolist() if hasattr(value, "tolist") else value  # tensors, arrays
-        if isinstance(values, (int, float)):
-            return [int(values)] * batch
-        return [int(v) for v in values]
+    def __init__(self, reward_fn_list, **kwargs):
+        self.reward_fn_list = reward_fn_list
+        self.kwargs = kwargs
 
     def __call__(
         self, input_ids, attention_mask=None, response_start=None, response_end=None, gt_answer=None
     ):
         import torch  # lazily: the graders above work without torch
 
-        batch, length = input_ids.shape
-        if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)
-        starts = self._per_row(0 if response_start is None else response_start, batch)
-        if response_end is None:  # just past the last real token
-            positions = torch.arange(1, length + 1, device=attention_mask.device)
-            ends = self._per_row((attention_mask.ne(0) * positions).amax(dim=1), batch)
-        else:
-            shift = 1 if self.response_end_inclusive else 0
-            ends = [e + shift for e in self._per_row(response_end, batch)]  # exclusive
-        gts = [None] * batch if gt_answer is None else list(gt_answer)
-        rewards = []
-        for i in range(batch):
-            text = None
-            total = 0.0
-            for w, fn, reads_text in zip(
-                self.weights, self.reward_fn_list, self.reads_text, strict=True
-            ):
-                if reads_text:
-                    if text is None:
-                        text = self.tokenizer.decode(input_ids[i, starts[i] : ends[i]].tolist())
-                    r = fn(text, gts[i])
-                else:
-                    r = fn(
-                        input_ids[i],
-                        attention_mask[i],
-                        response_start=starts[i],
-                        response_end=ends[i] - 1,  # inclusive, as the seed's functions read
-                        gt_answer=gts[i],
-                        **self.kwargs,
-                    )
-                total += w * float(r)
-            rewards.append(total)
-        return torch.tensor(rewards, dtype=torch.float32, device=input_ids.device)
+        rewards = torch.zeros(input_ids.size(0), dtype=torch.float32, device=input_ids.device)
+        for i in range(input_ids.size(0)):
+            for fn in self.reward_fn_list:
+                rewards[i] += fn(
+                    input_ids[i],
+                    None if attention_mask is None else attention_mask[i],
+                    response_start=None if response_start is None else response_start[i],
+                    response_end=None if response_end is None else response_end[i],
+                    gt_answer=None if gt_answer is None else gt_answer[i],
+                    **self.kwargs,
+                )
+        return rewards
 
     def to(self, *args, **kwargs):
         return self
 
     def eval(self):
         return self
-
-
-VerifiableRewardModel = RLVRRewardModel  # nanoRM's earlier name: the same class
-
-
-def _takes_kwargs(fn):
-    """Whether fn takes **kwargs: ColossalChat's reward functions do, the text ones here not."""
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):  # a builtin without a signature: a text function
-        return False
-    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
 DEMO = r"""

@@ -27,6 +27,7 @@ What ckpt.pt holds: one dict, torch.save'd, read with weights_only=True (tensors
                           both dropped by a new save (new weights: refit them)
     trainable             LoRA runs only: the adapters and head (`model` holds them merged)
     optimizer, step, rng, cuda_rng   what --resume needs to continue exactly
+    lr_scheduler          the scheduler's state_dict (train_rm's is a function of the step)
 """
 
 import os
@@ -72,6 +73,7 @@ def save_checkpoint(
     train_config=None,
     model_state=None,
     optimizer_state=None,
+    lr_scheduler=None,
 ):
     """Write rm (and what resuming needs, when given) to path, atomically: written aside,
     flushed to disk, then renamed, so a kill at any moment leaves the previous file whole.
@@ -93,6 +95,8 @@ def save_checkpoint(
     if optimizer is not None:
         optimizer_state = optimizer.state_dict() if optimizer_state is None else optimizer_state
         ckpt.update(optimizer=optimizer_state, step=step, rng=torch.get_rng_state())
+        if lr_scheduler is not None:  # its state_dict: resuming needs only the step
+            ckpt["lr_scheduler"] = lr_scheduler
         if torch.cuda.is_available():
             ckpt["cuda_rng"] = torch.cuda.get_rng_state_all()
     with atomic_write(path) as f:
@@ -245,7 +249,10 @@ def checkpoint_tokenizer(source, missing_ok=False):
     fingerprint its dataset recorded. None found: a UsageError, or None if missing_ok."""
     name = "the checkpoint" if isinstance(source, dict) else str(source)
     if isinstance(source, dict) or is_ours(name):
-        return _carried(source if isinstance(source, dict) else load_checkpoint(name), name)
+        ckpt = source if isinstance(source, dict) else load_checkpoint(name)
+        if missing_ok and not carries_tokenizer(ckpt):
+            return None
+        return _carried(ckpt, name)
     found = []
     if os.path.isdir(name):
         found = [os.path.join(name, f) for f in ("tokenizer.model", "tokenizer.json")]
@@ -261,6 +268,12 @@ def checkpoint_tokenizer(source, missing_ok=False):
     raise UsageError(
         f"{name} carries no tokenizer (no tokenizer.model/.json inside): pass --tokenizer"
     )
+
+
+def carries_tokenizer(ckpt):
+    """Whether a ckpt.pt's dict holds its tokenizer's files, or the path of one that exists."""
+    path = ckpt.get("tokenizer")
+    return bool(ckpt.get("tokenizer_files")) or (isinstance(path, str) and os.path.exists(path))
 
 
 def _carried(ckpt, name):
@@ -294,12 +307,9 @@ def check_tokenizer(init, meta, dataset):
     want = meta.get("tokenizer_fingerprint")
     if init == "scratch":
         return
-    if is_ours(init):
-        tok = checkpoint_tokenizer(init, missing_ok=True) if want else None
-    else:
-        tok = checkpoint_tokenizer(init, missing_ok=True)
-        if tok is None:
-            return _check_vocab_size(init, meta, dataset)
+    tok = checkpoint_tokenizer(init, missing_ok=True)
+    if tok is None:  # a ckpt.pt saved without its data's meta, llama2.c, a bare Meta dir
+        return _check_vocab_size(init, meta, dataset)
     if tok is not None and want and tokenizer_fingerprint(tok) != want:
         raise UsageError(
             f"{init} carries tokenizer {tokenizer_fingerprint(tok)}, but the dataset "
@@ -336,6 +346,8 @@ def embedding_rows(path):
     """The embedding rows of a checkpoint, read cheaply: a llama2.c .bin's header (28 bytes),
     else the config of a read that maps the weights without loading them."""
     path = str(path)
+    if is_ours(path):
+        return load_checkpoint(path)["config"]["vocab_size"]
     if os.path.isfile(path) and not path.endswith((".pt", ".gguf")) and not is_torch_file(path):
         with open(path, "rb") as f:
             header = f.read(28)

@@ -13,15 +13,14 @@ a first reading of reward modeling can skip it.
 
 import torch
 
-from model import Transformer
 from reward import (
+    LogSigLoss,
     RewardModel,
     apply_head,
     last_real_index,
     new_head,
     pad_and_concat,
     pair_stats,
-    pairwise_loss,
     pearson,
 )
 
@@ -36,7 +35,7 @@ class LengthDebiasedRewardModel(RewardModel):
     """ODIN (Chen et al. 2024, arXiv 2402.07319): a second head, `length_head`, on the same
     last-token state, made to absorb what response length explains. Training sees their sum:
 
-        loss = pairwise_loss(q_c + l_c, q_r + l_r)
+        loss = loss_fn(q_c + l_c, q_r + l_r)
                + length_coef * (|rho(q, L)| - rho(l, L) + |w_q . w_l|)
 
     q = head(h), l = length_head(h), L the response lengths in tokens, rho the Pearson
@@ -47,10 +46,9 @@ class LengthDebiasedRewardModel(RewardModel):
     orthogonality terms separately; one coefficient here. Pearson over a batch is a noisy
     estimate: batches of a few pairs decorrelate little."""
 
-    def __init__(self, backbone: Transformer):
-        super().__init__(backbone)
-        device = backbone.tok_embeddings.weight.device
-        self.length_head = new_head(backbone.config.dim, bias=False).to(device)
+    def add_heads(self, dim, device, heads):
+        super().add_heads(dim, device, heads)
+        self.length_head = new_head(dim, bias=False).to(device)
 
     def loss(
         self,
@@ -59,9 +57,7 @@ class LengthDebiasedRewardModel(RewardModel):
         rejected,
         rejected_mask,
         chosen_response_mask,
-        kind="logsig",
-        margin=None,
-        center_coef=0.0,
+        loss_fn=None,
         length_coef=LENGTH_COEF,
     ):
         """(total loss, stats) on the right-padded pair batch (data/pairs.py's Batch): prompts
@@ -72,7 +68,7 @@ class LengthDebiasedRewardModel(RewardModel):
         n_chosen = chosen_response_mask.sum(1)  # (B,)
         n_prompt = chosen_mask.sum(1) - n_chosen
         lengths = torch.cat([n_chosen, rejected_mask.sum(1) - n_prompt])  # (2B,)
-        return self._odin(h, lengths, kind, margin, center_coef, length_coef)
+        return self._odin(h, lengths, loss_fn, length_coef)
 
     def loss_packed(
         self,
@@ -81,9 +77,7 @@ class LengthDebiasedRewardModel(RewardModel):
         positions,
         chosen_end,
         rejected_end,
-        kind="logsig",
-        margin=None,
-        center_coef=0.0,
+        loss_fn=None,
         length_coef=LENGTH_COEF,
         flex=False,
         states=None,
@@ -95,14 +89,14 @@ class LengthDebiasedRewardModel(RewardModel):
         h = self.packed_end_states(tokens, segments, positions, *ends, flex, states)  # (B, 2, dim)
         h = h.transpose(0, 1).flatten(0, 1)  # (B, 2, dim) -> (2B, dim): chosen rows, then rejected
         lengths = torch.cat([(segments == 1).sum(1), (segments == 2).sum(1)])  # (2B,)
-        return self._odin(h, lengths, kind, margin, center_coef, length_coef)
+        return self._odin(h, lengths, loss_fn, length_coef)
 
-    def _odin(self, h, lengths, kind, margin, center_coef, length_coef):
+    def _odin(self, h, lengths, loss_fn, length_coef):
         """The loss above from the 2B last-token states (chosen first) and response lengths."""
         B = h.size(0) // 2
         q, l = apply_head(self.head, h), apply_head(self.length_head, h)  # (2B,) each
         r = q + l
-        rm_loss = pairwise_loss(kind, r[:B], r[B:], margin=margin, center_coef=center_coef)
+        rm_loss = (loss_fn or LogSigLoss())(r[:B], r[B:])
         lengths = lengths.to(q.dtype)
         rho_q, rho_l = pearson(q, lengths), pearson(l, lengths)
         ortho = (self.head.weight * self.length_head.weight).sum().abs()

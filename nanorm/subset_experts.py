@@ -28,16 +28,21 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model import Transformer
 from reward import RewardModel, apply_head, last_real_index, pad_and_concat, pairwise_objective
 
 GATE_COEF = 1.0  # weight of the gate's cross-entropy beside the pairwise loss
 
 
 class SubsetExpertsRewardModel(RewardModel):
-    def __init__(self, backbone: Transformer | None = None, *, pretrained=None, n_experts=4):
-        super().__init__(backbone, pretrained=pretrained)
-        self.set_experts(n_experts)
+    def __init__(self, backbone=None, *, n_experts=None, **kwargs):
+        """RewardModel's constructor; n_experts (default: a pretrained model's number, else 4)."""
+        super().__init__(backbone, **kwargs)
+        if n_experts is not None and n_experts != self.experts.out_features:
+            self.set_experts(n_experts)
+
+    def add_heads(self, dim, device, heads):
+        super().add_heads(dim, device, heads)
+        self.set_experts(len(heads["gate.bias"]) if "gate.bias" in heads else 4)
 
     def set_experts(self, n):
         """n experts and an n-way gate, new: the experts start at 0 (the model starts as the
@@ -75,9 +80,7 @@ class SubsetExpertsRewardModel(RewardModel):
         rejected,
         rejected_mask,
         chosen_response_mask=None,
-        kind="logsig",
-        margin=None,
-        center_coef=0.0,
+        loss_fn=None,
         groups=None,
         gate_coef=GATE_COEF,
     ):
@@ -86,7 +89,7 @@ class SubsetExpertsRewardModel(RewardModel):
         h = self.backbone.hidden_states(tokens, mask, at=last_real_index(mask)[:, None])[:, 0]
         B = chosen.size(0)
         h = torch.stack([h[:B], h[B:]], 1)  # (B, 2, dim): chosen, rejected
-        return self._objective(h, groups, kind, margin, center_coef, gate_coef)
+        return self._objective(h, groups, loss_fn, gate_coef)
 
     def loss_packed(
         self,
@@ -95,9 +98,7 @@ class SubsetExpertsRewardModel(RewardModel):
         positions,
         chosen_end,
         rejected_end,
-        kind="logsig",
-        margin=None,
-        center_coef=0.0,
+        loss_fn=None,
         flex=False,
         states=None,
         groups=None,
@@ -107,13 +108,13 @@ class SubsetExpertsRewardModel(RewardModel):
         subset of each pair, over both of its responses; stats with gate_loss and gate_acc)."""
         ends = (chosen_end, rejected_end)
         h = self.packed_end_states(tokens, segments, positions, *ends, flex, states)  # (B, 2, dim)
-        return self._objective(h, groups, kind, margin, center_coef, gate_coef)
+        return self._objective(h, groups, loss_fn, gate_coef)
 
-    def _objective(self, h, groups, kind, margin, center_coef, gate_coef):
+    def _objective(self, h, groups, loss_fn, gate_coef):
         if groups is None:
             raise ValueError("the subset experts need each pair's subset: data with groups")
         r, logits = self.reward_and_gate(h)  # (B, 2), (B, 2, K)
-        loss, stats = pairwise_objective(kind, r[:, 0], r[:, 1], margin, center_coef)
+        loss, stats = pairwise_objective(loss_fn, r[:, 0], r[:, 1])
         target = groups.to(logits.device)[:, None].expand(-1, 2)  # a pair's subset is both's
         gate_loss = F.cross_entropy(logits.flatten(0, 1), target.flatten())
         gate_acc = (logits.argmax(-1) == target).float().mean()

@@ -16,7 +16,7 @@ from data import UsageError
 from nanorm.checkpoints import load_transformer
 from nanorm.ckpt import check_tokenizer, save_checkpoint
 from reward import LMRegularizedRewardModel, RewardModel
-from verifiable import RLVRRewardModel, VerifiableRewardModel, gsm8k_reward, math_reward
+from verifiable import RLVRRewardModel, gsm8k_reward, math_reward
 
 HEADING = "## Coming from ColossalChat, LLMBook or TRL"
 
@@ -75,8 +75,9 @@ def test_readme_snippet_rlvr_reward_model(at_root):
     prompt, response = tok.encode("Q: 9*2?", bos=True), tok.encode(" #### 18")
     input_ids = torch.tensor([prompt + response])
     rm = RLVRRewardModel([ends_with_answer, gsm8k_reward], tokenizer=tok)
+    end = len(prompt) + len(response) - 1  # the index of the response's last token
     r = rm(input_ids, torch.ones_like(input_ids), response_start=[len(prompt)],
-           response_end=[len(prompt) + len(response)], gt_answer=["18"])  # fmt: skip
+           response_end=[end], gt_answer=["18"])  # fmt: skip
     print(r)  # 1 + 1
     assert r.tolist() == [2.0]
 
@@ -196,35 +197,61 @@ def rlvr_batch(tok):
     return ids, mask, torch.tensor(starts), torch.tensor(ends), ["18", "7"]
 
 
-def test_colossalchat_rlvr_usage_and_the_two_end_conventions():
+def test_colossalchat_rlvr_usage_and_the_end_conventions():
     """ColossalChat: RLVRRewardModel(reward_fn_list=[gsm8k_reward_fn], tokenizer=tok, tags=tags)
     then reward_model(input_ids, attention_mask, response_start=, response_end=, gt_answer=).
-    The experience maker's exclusive ends and inclusive ends (declared) both read the whole
-    response: the last token ("7" in the second row's "...>7</answer>") is never dropped."""
+    ColossalChat's functions and nanoRM's text functions in one list read the same span, the
+    end inclusive: the last token ("7" in the second row's "...>7</answer>") is read. A caller
+    holding exclusive ends passes end - 1; passing them unconverted drops the last token, for
+    every function alike (nothing shifts the caller's values)."""
     tok = tok512()
     ids, mask, starts, ends, gts = rlvr_batch(tok)
     for fns in ([colossal_gsm8k_reward_fn], [colossal_gsm8k_reward_fn, math_reward]):
-        exclusive = RLVRRewardModel(reward_fn_list=fns, tokenizer=tok, tags=TAGS)
-        inclusive = RLVRRewardModel(fns, tokenizer=tok, tags=TAGS, response_end_inclusive=True)
-        assert exclusive.to("cpu") is exclusive and exclusive.eval() is exclusive
+        rm = RLVRRewardModel(reward_fn_list=fns, tokenizer=tok, tags=TAGS)
+        assert rm.to("cpu") is rm and rm.eval() is rm
         want = [10.0 + (len(fns) - 1)] * 2
-        r = exclusive(ids, mask, response_start=starts, response_end=ends, gt_answer=gts)
+        r = rm(ids, mask, response_start=starts, response_end=ends - 1, gt_answer=gts)
         print("RLVRRewardModel:", r)
         assert r.shape == (2,) and r.dtype == torch.float32 and r.tolist() == want
-        r = inclusive(ids, mask, response_start=starts, response_end=ends - 1, gt_answer=gts)
-        assert r.tolist() == want
-        # no end: just past the last real token
-        assert exclusive(ids, mask, response_start=starts, gt_answer=gts).tolist() == want
-    wrong = RLVRRewardModel([colossal_gsm8k_reward_fn], tokenizer=tok, tags=TAGS)
-    out = wrong(ids, mask, response_start=starts, response_end=ends - 1, gt_answer=gts)
-    assert out.tolist() == [0.0, 0.0]  # the end one short: "</answer" is no closing tag
-    assert VerifiableRewardModel is RLVRRewardModel
+        # no end: nanoRM's functions read to the last real token; ColossalChat's need one
+        if len(fns) == 2:
+            only_ours = RLVRRewardModel([math_reward], tokenizer=tok)
+            assert only_ours(ids, mask, response_start=starts, gt_answer=gts).tolist() == [1, 1]
+    # exclusive ends passed as they are: one past the last token, which is padding here
+    r = RLVRRewardModel([math_reward], tokenizer=tok)(
+        ids, mask, response_start=starts, response_end=ends - 2, gt_answer=gts
+    )
+    assert r.tolist() == [0.0, 0.0]  # "</answer" cut: no box, no tagged answer read
+
+
+def test_rlvr_passes_the_callers_values_and_keywords_unchanged():
+    """Each function gets input_ids[i], attention_mask[i], response_start[i], response_end[i],
+    gt_answer[i] as the caller passed them (tensors stay tensors: .item() works) and every
+    constructor keyword, a name nanoRM might have wanted for itself (weights=) included."""
+    tok = tok512()
+    ids, mask, starts, ends, gts = rlvr_batch(tok)
+    seen = []
+
+    def colossal_style(input_ids, attention_mask, **kwargs):
+        s, e = kwargs["response_start"].item(), kwargs["response_end"].item()  # as theirs do
+        seen.append((s, e, kwargs["gt_answer"], kwargs["weights"], kwargs["tokenizer"]))
+        assert torch.equal(input_ids, ids[len(seen) - 1]) and attention_mask.dtype == mask.dtype
+        return torch.tensor(float(e - s))
+
+    rm = RLVRRewardModel([colossal_style], tokenizer=tok, weights=[2.0])
+    r = rm(ids, mask, response_start=starts, response_end=ends - 1, gt_answer=gts)
+    assert [x[:4] for x in seen] == [
+        (starts[i].item(), ends[i].item() - 1, gts[i], [2.0]) for i in range(2)
+    ]
+    assert all(x[4] is tok for x in seen)
+    assert r.tolist() == (ends - 1 - starts).float().tolist()
 
 
 def test_text_functions_need_the_tokenizer():
+    ids = torch.tensor([[5, 6, 7]])
     with pytest.raises(ValueError, match="tokenizer="):
-        RLVRRewardModel([gsm8k_reward])
-    RLVRRewardModel([colossal_gsm8k_reward_fn])  # token functions decode themselves
+        RLVRRewardModel([gsm8k_reward])(ids, gt_answer=["1"])
+    assert gsm8k_reward("#### 12", "12") == 1.0  # on text, as before
 
 
 # ----------------------------------------------------------------------------- LLMBook
@@ -281,6 +308,48 @@ def test_llmbook_forward_usage_is_the_corrected_loss(at_root):
     rm_only.backward()
     step = sum((p.grad * g[n]).sum() for n, p in model.named_parameters() if n in g)
     assert step < 0  # descending the loss raises sent1's reward
+
+
+def test_llmbook_usage_example_as_written():
+    """LLMBook's example: LlamaRewardModel(config) then model(...) with
+    labels=torch.zeros(batch_size, seq_len), one value per row: the same loss as labels (B,)."""
+    from model import ModelConfig
+
+    torch.manual_seed(0)
+    config = ModelConfig(dim=64, n_layers=2, n_heads=4, vocab_size=512, max_seq_len=64)
+    model = LMRegularizedRewardModel(config)
+    batch_size, seq_len = 2, 9
+    chosen, c_mask, rejected, r_mask, response = book_batch()
+    args = (chosen, c_mask, rejected, r_mask)
+    loss = model(*args, torch.zeros(batch_size, seq_len), chosen, c_mask, response)
+    print("LlamaRewardModel(config):", loss)
+    assert torch.equal(loss, model(*args, torch.zeros(batch_size), chosen, c_mask, response))
+    with pytest.raises(ValueError, match="one value per row"):
+        mixed = torch.zeros(batch_size, seq_len)
+        mixed[0, 3] = 1
+        model(*args, mixed, chosen, c_mask, response)
+
+
+def test_config_builds_a_new_model_of_that_shape():
+    """RewardModel(config=c) and Critic(config=c), as the seeds' constructors take config=; a
+    transformers LlamaConfig is read as the same shape."""
+    from model import ModelConfig
+
+    c = ModelConfig(dim=32, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=61, max_seq_len=32)
+    for cls in (RewardModel, Critic, LMRegularizedRewardModel):
+        model = cls(config=c)
+        assert model.backbone.config == c and model.head.in_features == 32
+    transformers = pytest.importorskip("transformers")
+    hf = transformers.LlamaConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=61, intermediate_size=96, max_position_embeddings=32,
+    )  # fmt: skip
+    model = LMRegularizedRewardModel(hf)
+    got = model.backbone.config
+    assert (got.dim, got.n_layers, got.n_heads, got.n_kv_heads, got.vocab_size) == (32, 2, 4, 2, 61)
+    assert model.backbone.layers[0].feed_forward.w1.out_features == 96
+    with pytest.raises(TypeError):
+        RewardModel(config=c, pretrained=stories())
 
 
 def test_a_rewards_call_is_unchanged_on_the_lm_model():

@@ -878,7 +878,9 @@ class CharTokenizer:
         return "".join(chr(i) for i in ids)
 
 
-def test_reward_model_slices_decodes_and_weights():
+def test_reward_model_slices_decodes_and_sums():
+    """RLVRRewardModel sums its functions; nanoRM's text functions decode input_ids[s : e + 1]
+    (the end inclusive, ColossalChat's reading), to the last real token without an end."""
     torch = pytest.importorskip("torch")
     tok = CharTokenizer()
     prompts, responses = ["Q: 9*2? ", "Q: 1+1? "], ["#### 180", "#### 2"]
@@ -890,26 +892,28 @@ def test_reward_model_slices_decodes_and_weights():
         ids[b, : len(row)] = torch.tensor(row)
         mask[b, : len(row)] = 1
     starts = torch.tensor([len(p) for p in prompts])
-    model = V.VerifiableRewardModel([V.gsm8k_reward, V.format_reward], tok, weights=[2.0, 0.5])
+    model = V.RLVRRewardModel([V.gsm8k_reward, V.format_reward, V.gsm8k_reward], tokenizer=tok)
     assert model.to("cpu") is model and model.eval() is model
     out = model(ids, attention_mask=mask, response_start=starts, gt_answer=["180", "2"])
     assert out.shape == (2,) and out.dtype == torch.float32 and out.device == ids.device
     assert out.tolist() == [2.0, 2.0]
-    # end is exclusive: ending one token early turns "#### 180" into "#### 18"
-    ends = torch.tensor([len(rows[0]) - 1, len(rows[1])])
+    # the end is the last token read: one token earlier turns "#### 180" into "#### 18"
+    ends = torch.tensor([len(rows[0]) - 2, len(rows[1]) - 1])
     out = model(ids, response_start=starts, response_end=ends, gt_answer=["18", "2"])
     assert out.tolist() == [2.0, 2.0]
-    assert model(ids, mask, starts, gt_answer=None).tolist() == [0.0, 0.0]
+    assert model(ids, mask, starts, gt_answer=[None, None]).tolist() == [0.0, 0.0]
 
 
-def test_reward_model_left_padding_and_int_bounds():
+def test_reward_model_left_padding():
     torch = pytest.importorskip("torch")
     tok = CharTokenizer()
     ids = torch.tensor([[0, 0] + tok.encode("#### 7"), tok.encode("#### 70") + [0]])
     mask = (ids != 0).long()
-    model = V.VerifiableRewardModel([V.gsm8k_reward], tok)
-    assert model(ids, mask, response_start=0, gt_answer=["7", "70"]).tolist() == [1.0, 1.0]
-    assert model(ids, mask, response_start=2, gt_answer=["7", "70"]).tolist() == [1.0, 0.0]
+    model = V.RLVRRewardModel([V.gsm8k_reward], tokenizer=tok)
+    starts = torch.tensor([2, 0])
+    assert model(ids, mask, response_start=starts, gt_answer=["7", "70"]).tolist() == [1.0, 1.0]
+    starts = torch.tensor([2, 2])
+    assert model(ids, mask, response_start=starts, gt_answer=["7", "70"]).tolist() == [1.0, 0.0]
 
 
 def test_graders_import_without_torch():
