@@ -118,7 +118,11 @@ def as_strings(response, gt_answer):
     return float(answer == gt_answer)
 
 
-SOLUTION_9 = check.load(EX / "solutions" / "ex9_gsm8k_reward.py")
+# the solution's helpers, compiled under another file name: the mistakes below are built on
+# them, and the checker forbids running the solutions' own files
+SOLUTION_9 = types.SimpleNamespace()
+_source = (EX / "solutions" / "ex9_gsm8k_reward.py").read_text()
+exec(compile(_source, "<the ex9 solution, copied into a mistake>", "exec"), vars(SOLUTION_9))
 
 
 @pytest.mark.parametrize(
@@ -227,3 +231,109 @@ def test_solutions_pass_on_a_gpu(monkeypatch):
         path = ROOT / "notebooks" / "exercises" / "solutions" / f"{name}.py"
         passed, message = check.check(check.load(path), name)
         assert passed, f"{name}: {message}"
+
+
+# Every route to the answer fails: the checker watches which functions the student's call runs.
+ROUTES = {  # how the file reaches reward.py
+    "__import__": 'reward = __import__("reward")',
+    "sys.modules": 'import sys\n    reward = sys.modules["reward"]',
+    "importlib": 'import importlib\n    reward = importlib.import_module("reward")',
+    "import os, reward": "import os, reward",
+}
+USES = {  # what it then returns, right on every input
+    "ex1_pooling": ("last_real_index(mask)", "return reward.last_real_index(mask)"),
+    "ex7_lm_loss": (
+        "lm_regularized_loss(rh, lh, hc, hr, mc, mr, ids, response, lm_coef)",
+        "import types\n"
+        "    r_c, r_r = reward.score_last_token(rh, hc, mc), reward.score_last_token(rh, hr, mr)\n"
+        "    owner = types.SimpleNamespace(backbone=types.SimpleNamespace(output=lh))\n"
+        "    lm = reward.LMRegularizedRewardModel.response_lm_loss(owner, hc, ids, response)\n"
+        '    return reward.pairwise_loss("logsig", r_c, r_r) + lm_coef * lm',
+    ),
+}
+
+
+def _file(tmp_path, name, body, before=""):
+    signature = USES[name][0]
+    path = tmp_path / f"{name}.py"
+    path.write_text(f"{before}def {signature}:\n    {body}\n")
+    return check.load(path)
+
+
+@pytest.mark.parametrize("name", USES)
+@pytest.mark.parametrize("route", ROUTES)
+def test_every_route_to_the_project_fails(tmp_path, name, route):
+    module = _file(tmp_path, name, f"{ROUTES[route]}\n    {USES[name][1]}")
+    passed, message = check.check(module, name)
+    assert not passed and "nanoRM" in message, message
+
+
+@pytest.mark.parametrize("name", USES)
+def test_a_solution_is_no_route_either(tmp_path, name):
+    fn, args = USES[name][0].split("(")
+    imported = _file(tmp_path, name, f"from solutions.{name} import {fn} as f\n    return f({args}")
+    passed, message = check.check(imported, name)
+    assert not passed and "solution" in message, message
+    # a reference saved at import time, under another name, by path: the watch still sees it
+    solution = EX / "solutions" / f"{name}.py"
+    saved = (
+        "import importlib.util as u\n\n"
+        f"s = u.spec_from_file_location('elsewhere', {str(solution)!r})\n"
+        "m = u.module_from_spec(s)\ns.loader.exec_module(m)\n"
+        f"_F = m.{fn}\n\n\n"
+    )
+    borrowed = _file(tmp_path, name, f"return _F({args}", before=saved)
+    passed, message = check.check(borrowed, name)
+    assert not passed and "runs" in message, message
+
+
+def sums_then_backward(model, micro_batches, loss_fn):
+    """The right gradients and the right syncs, but all k graphs alive at once."""
+    k = len(micro_batches)
+    losses = []
+    for i, batch in enumerate(micro_batches):
+        with model.no_sync() if i < k - 1 else contextlib.nullcontext():
+            losses.append(loss_fn(model, batch) / k)
+    sum(losses).backward()
+
+
+def retains_graphs(model, micro_batches, loss_fn):
+    """backward per micro-batch, but retain_graph keeps every graph's activations."""
+    k, kept = len(micro_batches), []
+    for i, batch in enumerate(micro_batches):
+        with model.no_sync() if i < k - 1 else contextlib.nullcontext():
+            kept.append(loss_fn(model, batch) / k)
+            kept[-1].backward(retain_graph=True)
+
+
+def counts_up(response, gt_answer):
+    """The marks first, then the last number of the text: pays '1 2 3 ... 18' for 18."""
+    answer = SOLUTION_9.extract(response)
+    if answer is None:
+        numbers = re.findall(r"-?\d+", response)
+        answer = numbers[-1] if numbers else None
+    return float(
+        answer is not None and SOLUTION_9.number(answer) == float(gt_answer.replace(",", ""))
+    )
+
+
+def anywhere(response, gt_answer):
+    """The reference anywhere among the numbers: pays 'I tried 17, 18 and 19.'"""
+    answer = SOLUTION_9.extract(response)
+    if answer is not None:
+        return SOLUTION_9.gsm8k_reward(response, gt_answer)
+    return float(gt_answer.replace(",", "") in re.findall(r"-?\d+", response))
+
+
+@pytest.mark.parametrize(
+    "name, module, hint",
+    [
+        ("ex8", mistake(accumulate=sums_then_backward), "graphs were alive together"),
+        ("ex8", mistake(accumulate=retains_graphs), "graphs were alive together"),
+        ("ex9", mistake(gsm8k_reward=counts_up), "lists every number up to it"),
+        ("ex9", mistake(gsm8k_reward=anywhere), "lists every number up to it"),
+    ],
+)
+def test_checker_catches_the_hidden_costs_and_hacks(name, module, hint):
+    passed, message = check.check(module, name)
+    assert not passed and hint in message, message

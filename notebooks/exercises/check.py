@@ -18,9 +18,14 @@ Every exercise is compared with the function nanoRM itself uses, never with a se
 the answer: reward.last_real_index, reward.pairwise_loss, model.apply_rope, critic.gae,
 verifiable.extract_boxed, critic.value_loss, reward.py's LM-regularized loss (its pieces) and
 verifiable.gsm8k_reward; gradient accumulation (ex8) is compared with one big batch's
-gradients, and its no_sync with a stand-in for DDP (FakeDDP) that records each call. So a solution may not import those files (nor
-nanorm): one that returns nanoRM's own answer would pass without teaching anything, and fails
-with a hint. The inputs are put on the device being checked (a GPU when there is one): a
+gradients, and its no_sync with a stand-in for DDP (FakeDDP) that records each call. So a solution may not reach
+those files, nanorm or the solutions/ folder by any route: while the student's function runs,
+the checker watches every Python function it calls (sys.setprofile), and one defined in
+nanoRM's files or in another solution fails with a hint, however it was reached (import,
+__import__, sys.modules, importlib, a reference saved at import). ex8 also watches the tensors
+each micro-batch's graph saved: they must be freed (by its backward) before the next forward.
+ex9 includes the reward hacks (a last-number fallback, the reference anywhere in the text).
+The inputs are put on the device being checked (a GPU when there is one): a
 solution that makes a new tensor on the CPU beside them fails there, as it would in training.
 """
 
@@ -35,6 +40,7 @@ import re
 import sys
 import textwrap
 import types
+import weakref
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -50,7 +56,8 @@ import verifiable  # noqa: E402
 
 SEEDS = range(6)  # every randomized check runs on several seeds
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # where the inputs go
-PROJECT = ("reward", "critic", "model", "verifiable", "nanorm", "train_rm", "data")
+PROJECT = ("reward", "critic", "model", "verifiable", "nanorm", "train_rm", "eval_rm", "rl", "data")
+SOLUTIONS = os.path.join(HERE, "solutions")
 
 
 class Fail(Exception):
@@ -102,7 +109,7 @@ def _call(fn, *args, **kwargs):
     copies = [_on_device(a) for a in args]
     kw = {k: _on_device(v) for k, v in kwargs.items()}
     try:
-        out = fn(*copies, **kw)
+        out = _watched(fn, *copies, **kw)
     except (NotImplementedError, Fail):
         raise
     except Exception as e:
@@ -117,6 +124,52 @@ def _call(fn, *args, **kwargs):
             raise Fail(
                 "your function changed its input tensor in place; work on new tensors instead "
                 "(e.g. x = x - y, not x -= y), the caller still needs its inputs"
+            )
+    return out
+
+
+# The file being checked: its own functions may run, nanoRM's and the solutions' may not.
+OWN = {"file": None}
+_FORBIDDEN = {}  # filename -> whether running its code is reaching for the answer
+
+
+def _forbidden(filename):
+    if filename not in _FORBIDDEN:
+        path = os.path.abspath(filename)
+        top = os.path.relpath(path, ROOT).split(os.sep)[0].removesuffix(".py")
+        in_solutions = path.startswith(SOLUTIONS + os.sep)
+        _FORBIDDEN[filename] = top in PROJECT or in_solutions
+    return _FORBIDDEN[filename] and os.path.abspath(filename) != OWN["file"]
+
+
+def _watched(fn, *args, **kwargs):
+    """fn(*args, **kwargs), watching every Python function it runs: one defined in nanoRM's
+    files or in solutions/ (other than the checked file) means the answer was reached for, by
+    whatever route (an import, __import__, sys.modules, importlib, a saved reference)."""
+    reached = []
+
+    def watch(frame, event, arg):
+        if event == "call" and _forbidden(frame.f_code.co_filename):
+            code = frame.f_code
+            reached.append(f"{code.co_name} in {os.path.relpath(code.co_filename, ROOT)}")
+
+    old = sys.getprofile()
+    sys.setprofile(watch)
+    try:
+        out = fn(*args, **kwargs)
+    finally:
+        unwatched = sys.getprofile() is not watch
+        sys.setprofile(old)
+        if reached or unwatched:
+            raise Fail(
+                (
+                    f"your function runs {reached[0]}: "
+                    if reached
+                    else "your function stops the checker watching what it calls: "
+                )
+                + "write it yourself, with torch and Python only. The checker compares with "
+                "nanoRM's version, so calling it (or a solution) would pass without teaching "
+                "anything."
             )
     return out
 
@@ -804,6 +857,8 @@ class FakeDDP(torch.nn.Module):
         self.module = module
         self.require_backward_grad_sync = True
         self.synced = []  # one entry per call: would its backward all-reduce?
+        self.saved = []  # weak references to the tensors each call's graph saved for backward
+        self.held = []  # one entry per call: earlier calls' saved tensors still alive then
 
     @contextlib.contextmanager
     def no_sync(self):
@@ -816,7 +871,27 @@ class FakeDDP(torch.nn.Module):
 
     def forward(self, *args):
         self.synced.append(self.require_backward_grad_sync and torch.is_grad_enabled())
-        return self.module(*args)
+        self.held.append(self.alive())
+        # the graph holds what it saved until its backward frees it: watch each saved tensor
+        with torch.autograd.graph.saved_tensors_hooks(self._pack, lambda held: held.tensor):
+            return self.module(*args)
+
+    def _pack(self, tensor):
+        held = _Saved(tensor)
+        self.saved.append(weakref.ref(held))
+        return held
+
+    def alive(self):
+        return sum(ref() is not None for ref in self.saved)
+
+
+class _Saved:
+    """A tensor saved by the graph of a forward; it dies with the graph (a weakref tells)."""
+
+    __slots__ = ("tensor", "__weakref__")
+
+    def __init__(self, tensor):
+        self.tensor = tensor
 
 
 def _accum_case(seed, k):
@@ -854,7 +929,7 @@ def check_grad_accum(mod):
             on_device = [tuple(t.to(DEVICE) for t in b) for b in micro]
             what = f"k = {k} micro-batches of {len(micro[0][0])} (seed {seed})"
             try:
-                fn(ddp, on_device, _mse)  # the gradients are what it gives
+                _watched(fn, ddp, on_device, _mse)  # the gradients are what it gives
             except (NotImplementedError, Fail):
                 raise
             except Exception as e:
@@ -905,6 +980,15 @@ def check_grad_accum(mod):
                 )
                 diff = max((a - b).abs().max().item() for a, b in zip(got, want, strict=True))
                 raise Fail(f"{hint}\n  case: {what}; largest difference {diff:.3g}")
+            if any(ddp.held) or ddp.alive():
+                raise Fail(
+                    "the gradients are right, but the micro-batches' graphs were alive together: "
+                    "call backward on each micro-batch's loss before the next forward (no "
+                    "summing of the k losses, no retain_graph), so that only one micro-batch's "
+                    "activations are in memory at a time, which is what accumulation is for."
+                    f"\n  case: {what}; saved tensors of earlier micro-batches alive at each "
+                    f"call: {ddp.held}"
+                )
             pattern = [False] * (k - 1) + [True]
             if ddp.synced == pattern:
                 continue
@@ -949,6 +1033,11 @@ _LAST_NUMBER = (
     "the last number of the text is not the answer: read what follows the answer mark "
     "(box, '####', 'answer is')."
 )
+_NO_MARK = (
+    "no answer mark (box, '####', 'answer is') states this number as THE answer: a reward that "
+    "falls back to the last number, or pays the reference wherever it appears, pays a response "
+    "that lists every number up to it (a reward hack)."
+)
 _GSM8K_EDGE = [
     ("'####'", "She pays 3 * 6 = 18 dollars.\n#### 18", "18", "read the line after '####'."),
     ("a box", r"So she pays $3 \times 6 = 18$ in all: \boxed{18}.", "18", "read the box."),
@@ -975,6 +1064,12 @@ _GSM8K_EDGE = [
     ),
     ("numbers after the answer", "The answer is 18. We used 3 and 6.", "18", _LAST_NUMBER),
     ("numbers after the box", "\\boxed{18} (3 times 6)", "18", _LAST_NUMBER),
+    # the hacks the course warns about: a reward that pays the last number, or the reference
+    # anywhere in the text, pays a response that counts up to it
+    ("counting up to it", " ".join(str(i) for i in range(1, 19)), "18", _NO_MARK),
+    ("two guesses", "It is 17 or 18", "18", _NO_MARK),
+    ("the reference among others", "I tried 17, 18 and 19.", "18", _NO_MARK),
+    ("a wrong '####', then a number", "#### 17\n18", "18", _NO_MARK),
     ("thousands", "#### 1,000", "1000", _COMMAS),
     ("thousands in the reference", "#### 1000", "1,000", _COMMAS),
     ("thousands in a box", r"\boxed{12,500}", "12500", _COMMAS),
@@ -1071,10 +1166,17 @@ def load(path):
 def _uses_the_answer(module, name):
     """A hint when the student's file reaches for nanoRM's own answer, else None."""
     function = EXERCISES[name][0]
+    answers = PROJECT + ("solutions",)
+
+    def is_answer(owner):  # a module name: nanoRM's, or a solution other than this file
+        return owner != getattr(module, "__name__", None) and (
+            owner.split(".")[0] in answers or owner.startswith("_solution_")
+        )
+
     for key, value in vars(module).items():
         owner = getattr(value, "__module__", None) or ""
-        is_project = isinstance(value, types.ModuleType) and value.__name__.split(".")[0] in PROJECT
-        if is_project or (callable(value) and owner.split(".")[0] in PROJECT):
+        is_project = isinstance(value, types.ModuleType) and is_answer(value.__name__)
+        if is_project or (callable(value) and is_answer(owner)):
             return (
                 f"your file imports nanoRM's own code ({key!r} from {owner or value.__name__}): "
                 f"write {function} yourself, with torch and Python only. The checker compares "
@@ -1084,10 +1186,15 @@ def _uses_the_answer(module, name):
         source = inspect.getsource(module)
     except (OSError, TypeError):  # a module built in memory (the tests' mistakes)
         return None
-    if re.search(rf"^\s*(?:from|import)\s+(?:{'|'.join(PROJECT)})\b", source, re.M):
+    names = "|".join(answers)
+    # import reward / import os, reward / from solutions.ex1_pooling import ...
+    if re.search(
+        rf"^\s*(?:from\s+(?:{names})\b|import\s+(?:[\w.]+\s*,\s*)*(?:{names})\b)", source, re.M
+    ):
         return (
-            f"your file imports from nanoRM ({', '.join(PROJECT)}): write {function} yourself, "
-            "with torch and Python only; read nanoRM's version after yours passes."
+            f"your file imports from nanoRM ({', '.join(PROJECT)}) or the solutions: write "
+            f"{function} yourself, with torch and Python only; read nanoRM's version after "
+            "yours passes."
         )
     return None
 
@@ -1104,6 +1211,8 @@ def check(module, name):
     """(passed, message) for one exercise; module holds the student's function."""
     name = resolve(name)
     torch.manual_seed(0)
+    own = getattr(module, "__file__", None)
+    OWN["file"] = own and os.path.abspath(own)
     hint = _uses_the_answer(module, name)
     if hint:
         return False, hint
