@@ -22,7 +22,7 @@ def test_every_exercise_has_a_template_and_a_solution():
     for name in NAMES:
         assert (ROOT / "notebooks" / "exercises" / f"{name}.py").is_file(), name
         assert (ROOT / "notebooks" / "exercises" / "solutions" / f"{name}.py").is_file(), name
-    assert len(NAMES) >= 9
+    assert len(NAMES) >= 10
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -120,6 +120,16 @@ def as_strings(response, gt_answer):
 
 # the solution's helpers, compiled under another file name: the mistakes below are built on
 # them, and the checker forbids running the solutions' own files
+def score_at_last_column(logp, ref, mask, score, kl_coef):
+    rewards = -kl_coef * (logp - ref) * mask
+    return torch.cat([rewards[:, :-1], rewards[:, -1:] + score[:, None]], 1)
+
+
+def unmasked_penalty(logp, ref, mask, score, kl_coef):
+    last = mask.long().cumsum(1).argmax(1, keepdim=True)
+    return (-kl_coef * (logp - ref)).scatter_add(1, last, score[:, None])
+
+
 SOLUTION_9 = types.SimpleNamespace()
 _source = (EX / "solutions" / "ex9_gsm8k_reward.py").read_text()
 exec(compile(_source, "<the ex9 solution, copied into a mistake>", "exec"), vars(SOLUTION_9))
@@ -170,6 +180,8 @@ exec(compile(_source, "<the ex9 solution, copied into a mistake>", "exec"), vars
         ("ex9", mistake(gsm8k_reward=last_number), "a \\boxed{} answer comes first"),
         ("ex9", mistake(gsm8k_reward=first_box), "take the LAST box"),
         ("ex9", mistake(gsm8k_reward=as_strings), "commas separate thousands"),
+        ("ex10", mistake(kl_penalty_rewards=score_at_last_column), "not the last column"),
+        ("ex10", mistake(kl_penalty_rewards=unmasked_penalty), "mask the penalty"),
     ],
 )
 def test_checker_hints_at_the_mistake(name, module, hint):

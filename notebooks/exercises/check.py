@@ -17,7 +17,7 @@ From Python (this is what tests/test_exercises.py does):
 Every exercise is compared with the function nanoRM itself uses, never with a second copy of
 the answer: reward.last_real_index, reward.pairwise_loss, model.apply_rope, critic.gae,
 verifiable.extract_boxed, critic.value_loss, reward.py's LM-regularized loss (its pieces) and
-verifiable.gsm8k_reward; gradient accumulation (ex8) is compared with one big batch's
+verifiable.gsm8k_reward, rl.kl_penalty_rewards; gradient accumulation (ex8) is compared with one big batch's
 gradients, and its no_sync with a stand-in for DDP (FakeDDP) that records each call. So a solution may not reach
 those files, nanorm or the solutions/ folder by any route: while the student's function runs,
 the checker watches every Python function it calls (sys.setprofile), and one defined in
@@ -52,6 +52,7 @@ import torch.nn.functional as F  # noqa: E402
 import critic  # noqa: E402
 import model  # noqa: E402
 import reward  # noqa: E402
+import rl  # noqa: E402
 import verifiable  # noqa: E402
 
 SEEDS = range(6)  # every randomized check runs on several seeds
@@ -1121,6 +1122,90 @@ def check_gsm8k_reward(mod):
     return n
 
 
+# ----------------------------------------------------------------------------- ex10: KL penalty
+def _kl_cases():
+    yield (
+        "the docstring's example",
+        (
+            torch.tensor([[-1.0, -2.0, 0.0]]),
+            torch.tensor([[-1.5, -2.0, 0.0]]),
+            torch.tensor([[1, 1, 0]]),
+            torch.tensor([3.0]),
+            0.1,
+        ),
+    )
+    for seed in SEEDS:
+        g = torch.Generator().manual_seed(300 + seed)
+        B, R = 2 + seed % 3, 3 + seed
+        lengths = torch.randint(1, R + 1, (B,), generator=g)
+        lengths[0] = R  # one full row, and a one-token row where there is room
+        lengths[-1] = 1 if B > 2 else lengths[-1]
+        mask = torch.arange(R) < lengths[:, None]
+        mask = mask if seed % 2 else mask.long()
+        # log-probabilities everywhere, padding included: an unmasked penalty shows there
+        logp, ref = -torch.rand(B, R, generator=g) * 3, -torch.rand(B, R, generator=g) * 3
+        score, coef = torch.randn(B, generator=g) * 2, [0.05, 0.1, 0.2][seed % 3]
+        yield (
+            f"random, lengths {lengths.tolist()} of {R} (seed {seed})",
+            (
+                logp,
+                ref,
+                mask,
+                score,
+                coef,
+            ),
+        )
+
+
+def _kl_variants(logp, ref, mask, score, coef):
+    m = mask.float()
+    pen = -coef * (logp - ref)
+    at_end = torch.zeros_like(pen)
+    at_end[:, -1] = score
+    last = m.cumsum(1).argmax(1, keepdim=True)  # (B, 1) each row's last response token
+    at_last = torch.zeros_like(pen).scatter(1, last, score[:, None])
+    return [
+        (
+            pen * m + at_end,
+            "the score goes to the LAST RESPONSE TOKEN, not the last column: "
+            "a response shorter than R is padded, and its last column is padding",
+        ),
+        (pen + at_last, "mask the penalty: padding is no token of the response, its reward is 0"),
+        (
+            -pen * m + at_last,
+            "the sign: the penalty is -kl_coef * (logp - ref_logp), a cost for "
+            "moving away from the reference (log pi > log pi_ref)",
+        ),
+        (
+            pen * m + score[:, None] * m,
+            "the score is paid once, at the last token, not at every token",
+        ),
+        (pen * m, "add the score at each response's last token"),
+        (at_last, "every token pays -kl_coef * (logp - ref_logp), the last one too"),
+    ]
+
+
+def check_kl_penalty(mod):
+    fn = _function(mod, "kl_penalty_rewards")
+    n = 0
+    for what, (logp, ref, mask, score, coef) in _kl_cases():
+        n += 1
+        want = rl.kl_penalty_rewards(logp, ref, mask.bool(), score, coef)
+        got = _tensor(_call(fn, logp, ref, mask, score, coef), "the rewards", want.shape)
+        if _close(got, want):
+            continue
+        hint = next(
+            (h for v, h in _kl_variants(logp, ref, mask, score, coef) if _close(got, v)),
+            "the rewards differ: -kl_coef * (logp - ref_logp) on each response token, 0 on "
+            "padding, plus the score at each response's last token",
+        )
+        raise Fail(
+            f"{hint}\n  case: {what}\n  mask {_show(mask.long())}\n  expected {_show(want)}"
+            f"\n  got      {_show(got)}"
+        )
+    return n
+
+
 # ----------------------------------------------------------------------------- the registry
 # name -> (function the student writes, the check). The file is exercises/<name>.py.
 EXERCISES = {
@@ -1133,6 +1218,7 @@ EXERCISES = {
     "ex7_lm_loss": ("lm_regularized_loss", check_lm_loss),
     "ex8_grad_accum": ("accumulate", check_grad_accum),
     "ex9_gsm8k_reward": ("gsm8k_reward", check_gsm8k_reward),
+    "ex10_kl_penalty": ("kl_penalty_rewards", check_kl_penalty),
 }
 
 
