@@ -1,0 +1,407 @@
+"""
+The reward model in use: PPO against a learned reward, GRPO against a verifier, on the built-in
+arithmetic questions, on a laptop CPU.
+
+    python rl.py                                             # PPO against the proxy, ~5 min
+    python rl.py --algo grpo --reward verifier               # GRPO against the verifier
+    python rl.py --algo ppo --reward proxy --kl_coef 0.1 --max_steps 150 --out_dir out/rl --seed 1
+    python rl.py --proxy_pairs 2000                          # a proxy trained on more pairs
+
+The pieces, in the order a step runs them:
+  0. once, cached in --cache_dir: a policy taught to answer by SFT on the data's right answers
+     (model.Transformer), and a proxy reward model trained by train_rm.py on --proxy_pairs pairs.
+  1. rollout: the policy samples an answer to each question (model.generate, KV cache); a
+     response ends at its first EOS.
+  2. score: the proxy's reward at the response's last token (reward.RewardModel), and the gold,
+     verifiable.RLVRRewardModel([gsm8k_reward]): 1 if the answer is right. --reward picks which
+     one the policy is trained on; both are logged.
+  3. PPO: per-token rewards = -kl_coef * (log pi - log pi_ref) at every token, plus the score at
+     the last; the critic (critic.Critic.from_reward_model(proxy)) gives values, critic.gae the
+     advantages and returns; the clipped policy loss and critic.value_loss update both.
+     GRPO: G answers per question; each answer's advantage is its reward less its group's mean,
+     over the group's std; no critic; the KL to the reference is a loss term (k3 estimator).
+Output in --out_dir: rl.jsonl (one row per step: kl to the reference in nats per sequence,
+proxy, gold, ...), rl.png (proxy and gold against the step and against sqrt(KL)), policy.pt.
+
+Over-optimization (Gao, Schulman and Hilton 2022): the proxy rises throughout, the gold first
+rises and then falls as the policy moves away from the reference; bench/rl/README.md has the runs.
+
+Simplified on purpose: one process; no entropy bonus, no reward whitening across steps, no
+penalty for a response that has not ended (it is scored at its last token, as written); the
+policy and reference share nothing (the reference is a frozen copy); every minibatch pass
+re-runs the full forward (no cached hidden states).
+"""
+
+import argparse
+import copy
+import inspect
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from critic import Critic, gae, masked_mean, response_values, value_loss
+from data.pairs import PairDataset, right_pad
+from data.tokenizer import load_tokenizer
+from model import ModelConfig, Transformer
+from verifiable import RLVRRewardModel, extract_answer, gsm8k_reward
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    a = p.add_argument
+    a("--algo", default="ppo", choices=["ppo", "grpo"])
+    a("--reward", default="proxy", choices=["proxy", "verifier"], help="what the policy optimizes")
+    a("--kl_coef", type=float, default=0.02, help="weight of the KL to the reference policy")
+    a("--max_steps", type=int, default=100, help="RL steps (one rollout batch each)")
+    a("--out_dir", default="out/rl")
+    a("--seed", type=int, default=0, help="seeds the RL run (rollouts, order); not SFT, proxy")
+    a(
+        "--cache_dir",
+        default="",
+        help="where the SFT policy and the proxy are kept (default out_dir)",
+    )
+    a("--batch_size", type=int, default=64, help="answers sampled per step")
+    a("--group", type=int, default=8, help="GRPO: answers per question")
+    a("--lr", type=float, default=1e-3, help="policy learning rate (AdamW)")
+    a("--critic_lr", type=float, default=1e-3)
+    a("--ppo_epochs", type=int, default=2, help="passes over each rollout batch")
+    a("--minibatches", type=int, default=2, help="updates per pass")
+    a("--clip_eps", type=float, default=0.2, help="PPO's ratio clip (and the value clip)")
+    a("--gamma", type=float, default=1.0)
+    a("--lam", type=float, default=0.95)
+    a("--max_new_tokens", type=int, default=16)
+    a("--temperature", type=float, default=1.0)
+    a("--sft_steps", type=int, default=300, help="steps of SFT on the right answers (cached)")
+    a("--proxy_pairs", type=int, default=300, help="training pairs the proxy sees (cached)")
+    a("--proxy_iters", type=int, default=300, help="train_rm.py --max_iters for the proxy")
+    args = p.parse_args(argv)
+    args.cache_dir = args.cache_dir or args.out_dir
+    return args
+
+
+# ----------------------------------------------------------------------------- the data
+def arith():
+    """The built-in arithmetic pairs (data/arith, made on first use): train split, val split,
+    meta, tokenizer."""
+    from data.arith.prepare import built_in
+
+    d = built_in()
+    with open(os.path.join(d, "meta.json")) as f:
+        meta = json.load(f)
+    train, val = (PairDataset(os.path.join(d, f"{s}.npz")) for s in ("train", "val"))
+    return d, train, val, meta, load_tokenizer(meta["tokenizer"])
+
+
+def questions(data, tok):
+    """The distinct prompts of a pair split as (prompt ids, right answer): the answer is what
+    the verifier extracts from the chosen response (the data's labels come from it too)."""
+    seen = {}
+    for i in range(len(data)):
+        p, c, _ = data[i]
+        seen.setdefault(tuple(p.tolist()), extract_answer(tok.decode(c.tolist())))
+    return [(list(p), a) for p, a in seen.items()]
+
+
+def left_pad(rows, pad_id):
+    """(B, T) tokens and mask, each row ending in the last column: generate appends there."""
+    tokens = right_pad([torch.tensor(r[::-1]) for r in rows], pad_id).flip(1)
+    mask = right_pad([torch.ones(len(r), dtype=torch.long) for r in rows]).flip(1)
+    return tokens, mask
+
+
+# ----------------------------------------------------------------------------- 0. SFT and the proxy
+def sft_policy(train, meta, config, args):
+    """A LLaMA of the proxy's shape taught to answer: next-token cross-entropy on the chosen
+    (right) responses only, the prompt read but not learned. Kept in cache_dir/sft<steps>.pt."""
+    path = os.path.join(args.cache_dir, f"sft{args.sft_steps}.pt")
+    if os.path.exists(path):
+        saved = torch.load(path, weights_only=True)
+        policy = Transformer(ModelConfig(**saved["config"]))
+        policy.load_state_dict(saved["model"])
+        return policy
+    torch.manual_seed(0)
+    policy = Transformer(config)
+    policy.row_attention = False  # short rows: one padded batch is faster than row by row
+    opt = torch.optim.AdamW(policy.parameters(), lr=3e-3, weight_decay=0.0)
+    g = torch.Generator().manual_seed(0)
+    t0 = time.time()
+    for step in range(args.sft_steps):
+        items = [train[i] for i in torch.randint(len(train), (64,), generator=g).tolist()]
+        rows = [np.concatenate([p, c]) for p, c, _ in items]
+        tokens = right_pad(rows, meta["pad_id"])  # (B, T)
+        t = torch.arange(tokens.size(1))
+        mask = t < torch.tensor([len(r) for r in rows])[:, None]
+        learn = mask & (t >= torch.tensor([len(p) for p, _, _ in items])[:, None])  # response
+        logits = policy(tokens[:, :-1], mask[:, :-1])  # predicts tokens[:, 1:]
+        ce = F.cross_entropy(logits.transpose(1, 2), tokens[:, 1:], reduction="none")
+        loss = masked_mean(ce, learn[:, 1:])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if step % 100 == 0 or step == args.sft_steps - 1:
+            print(f"sft step {step}: loss {loss.item():.3f} ({time.time() - t0:.0f}s)")
+    os.makedirs(args.cache_dir, exist_ok=True)
+    torch.save({"config": asdict(policy.config), "model": policy.state_dict()}, path)
+    return policy
+
+
+def proxy_reward_model(data_dir, args):
+    """The learned reward: `python train_rm.py` (its default nano shape and LM term) on the
+    first --proxy_pairs training pairs, evaluated on all of val. Kept in cache_dir."""
+    from nanorm.ckpt import load_reward_model  # ckpt.pt: read where a file is
+
+    out = os.path.join(args.cache_dir, f"proxy{args.proxy_pairs}")
+    ckpt = os.path.join(out, "ckpt.pt")
+    if not os.path.exists(ckpt):
+        pairs = os.path.join(args.cache_dir, f"pairs{args.proxy_pairs}")
+        if not os.path.exists(os.path.join(pairs, "meta.json")):
+            subset_of(data_dir, pairs, args.proxy_pairs)
+        cmd = [sys.executable, os.path.join(ROOT, "train_rm.py"), "--dataset", pairs]
+        cmd += ["--out_dir", out, "--overwrite", "true", "--max_iters", str(args.proxy_iters)]
+        cmd += ["--eval_interval", str(args.proxy_iters), "--eval_first", "false"]
+        cmd += ["--warmup", "20", "--dtype", "float32", "--device", "cpu"]
+        print(" ".join(cmd[1:]))
+        subprocess.run(cmd, check=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    return load_reward_model(ckpt).eval()
+
+
+def subset_of(data_dir, out, n):
+    """A dataset directory holding the first n training pairs of data_dir and all its val."""
+    from data.pairs import write_pairs
+
+    train = PairDataset(os.path.join(data_dir, "train.npz"))
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(data_dir, "meta.json")) as f:
+        meta = json.load(f)
+    write_pairs(os.path.join(out, "train.npz"), [train[i] for i in range(n)], meta["vocab_size"])
+    shutil.copy(os.path.join(data_dir, "val.npz"), os.path.join(out, "val.npz"))
+    shutil.copy(os.path.join(data_dir, "meta.json"), os.path.join(out, "meta.json"))
+
+
+def verifier(tok):
+    """The gold: RLVRRewardModel with gsm8k_reward ("#### x", a box, "the answer is x").
+    Called with inclusive response ends (the index of the last token), ColossalChat's contract;
+    a version of the class that reads exclusive ends by default is told so."""
+    kwargs = {"tokenizer": tok}
+    if "response_end_inclusive" in inspect.signature(RLVRRewardModel.__init__).parameters:
+        kwargs["response_end_inclusive"] = True
+    return RLVRRewardModel([gsm8k_reward], **kwargs)
+
+
+# ----------------------------------------------------------------------------- 1. rollout
+def rollout(policy, prompts, args, pad_id, eos_id):
+    """Sample one answer per prompt. Returns seq (B, P + R), its mask, P (the prompts' common,
+    left-padded width) and the response mask (B, R): 1 up to and including the first EOS."""
+    tokens, mask = left_pad(prompts, pad_id)  # (B, P)
+    P = tokens.size(1)
+    out = policy.generate(tokens, args.max_new_tokens, args.temperature, attention_mask=mask)
+    response = out[:, P:]  # (B, R)
+    eos = (response == eos_id).long()
+    resp_mask = (eos.cumsum(1) - eos) == 0  # not past the first EOS
+    response = response.masked_fill(~resp_mask, pad_id)
+    seq = torch.cat([tokens, response], 1)
+    return seq, torch.cat([mask.bool(), resp_mask], 1), P, resp_mask
+
+
+def token_logprobs(model, seq, mask, P):
+    """(B, R) log pi(a_t | s_t) of each response token: the logits at the token before it."""
+    logits = model(seq, mask)[:, P - 1 : -1].float()  # (B, R, vocab)
+    return torch.log_softmax(logits, -1).gather(-1, seq[:, P:, None]).squeeze(-1)
+
+
+# ----------------------------------------------------------------------------- 2, 3. the losses
+def kl_penalty_rewards(logp, ref_logp, resp_mask, score, kl_coef):
+    """PPO's per-token rewards (B, R): -kl_coef * (log pi - log pi_ref) at every response token
+    (the k1 estimate of the KL, whose sum over a sequence is the sampled log-ratio), plus the
+    sequence's score at its last token. InstructGPT's shaping, as ColossalChat and TRL do it."""
+    m = resp_mask.float()
+    rewards = -kl_coef * (logp - ref_logp) * m
+    last = resp_mask.long().cumsum(1).argmax(1, keepdim=True)  # (B, 1) last response token
+    return rewards.scatter_add(1, last, score[:, None].to(rewards.dtype))
+
+
+def clipped_policy_loss(logp, old_logp, advantages, mask, clip_eps):
+    """PPO's clipped surrogate, a masked mean over response tokens:
+    -min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A), ratio = pi / pi_old."""
+    ratio = (logp - old_logp).exp()
+    surrogate = torch.minimum(
+        ratio * advantages, ratio.clamp(1 - clip_eps, 1 + clip_eps) * advantages
+    )
+    return -masked_mean(surrogate, mask)
+
+
+def group_advantages(rewards, group, eps=1e-4):
+    """GRPO: (B,) rewards in groups of `group` answers to one question -> each answer's reward
+    less its group's mean, over its group's std (unbiased, as DeepSeekMath). A group whose
+    answers all score the same gets 0: nothing to learn from."""
+    r = rewards.view(-1, group)
+    return ((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + eps)).view(-1)
+
+
+def k3_kl(logp, ref_logp):
+    """Per-token KL estimate exp(d) - d - 1, d = log pi_ref - log pi: never negative, unbiased
+    for KL(pi || pi_ref) under pi's samples (Schulman's k3), GRPO's loss term."""
+    d = ref_logp - logp
+    return d.exp() - d - 1
+
+
+def whiten(x, mask, eps=1e-8):
+    mean = masked_mean(x, mask)
+    var = masked_mean((x - mean) ** 2, mask)
+    return (x - mean) / (var + eps).sqrt() * mask
+
+
+# ----------------------------------------------------------------------------- the loop
+def main(argv=None):
+    args = parse_args(argv)
+    os.makedirs(args.out_dir, exist_ok=True)
+    torch.set_num_threads(
+        1
+    )  # a 0.2M-parameter model: one thread is as fast, and never waits on a busy core
+    data_dir, train, _, meta, tok = arith()
+    pad_id, eos_id = meta["pad_id"], meta["eos_id"]
+    t_setup = time.time()
+    proxy = proxy_reward_model(data_dir, args)
+    policy = sft_policy(train, meta, copy.deepcopy(proxy.backbone.config), args)
+    for p in proxy.parameters():
+        p.requires_grad_(False)
+    gold_rm = verifier(tok)
+    for m in (policy, proxy.backbone):  # short rows: one padded batch beats row by row
+        m.row_attention = False
+    print(f"SFT policy and proxy ready in {time.time() - t_setup:.0f}s")
+
+    torch.manual_seed(args.seed)
+    reference = copy.deepcopy(policy).eval()  # frozen: the KL is measured against it
+    for p in reference.parameters():
+        p.requires_grad_(False)
+    critic = Critic.from_reward_model(proxy) if args.algo == "ppo" else None
+    opt = torch.optim.AdamW(policy.parameters(), lr=args.lr, weight_decay=0.0)
+    if critic is not None:
+        critic_opt = torch.optim.AdamW(critic.parameters(), lr=args.critic_lr)
+    qs = questions(train, tok)
+    g = torch.Generator().manual_seed(args.seed)
+    n_q = args.batch_size // args.group if args.algo == "grpo" else args.batch_size
+    log_path = os.path.join(args.out_dir, "rl.jsonl")
+    open(log_path, "w").close()
+    rows, t0 = [], time.time()
+    for step in range(args.max_steps + 1):
+        # 1. rollout: sample answers (GRPO: `group` answers to each of batch_size / group questions)
+        pick = torch.randperm(len(qs), generator=g)[:n_q].tolist()
+        if args.algo == "grpo":
+            pick = [i for i in pick for _ in range(args.group)]
+        prompts, answers = [qs[i][0] for i in pick], [qs[i][1] for i in pick]
+        policy.eval()
+        seq, mask, P, resp_mask = rollout(policy, prompts, args, pad_id, eos_id)
+        last = P + resp_mask.long().sum(1) - 1  # (B,) index of each response's last token
+
+        # 2. score: the proxy at the last token, the gold by the verifier; old log-probs
+        with torch.no_grad():
+            proxy_score = proxy(seq, mask)
+            gold = gold_rm(seq, mask, response_start=P, response_end=last, gt_answer=answers)
+            old_logp = token_logprobs(policy, seq, mask, P)
+            ref_logp = token_logprobs(reference, seq, mask, P)
+        score = proxy_score if args.reward == "proxy" else gold
+        kl = ((old_logp - ref_logp) * resp_mask).sum(1)  # (B,) nats per sequence
+        row = dict(step=step, kl=kl.mean().item(), proxy=proxy_score.mean().item())
+        row.update(gold=gold.mean().item(), length=resp_mask.sum(1).float().mean().item())
+        if step == args.max_steps:  # the last row measures the final policy; no update
+            row["time"] = time.time() - t0
+            rows.append(row), log_row(log_path, row)
+            break
+
+        # 3. advantages: GAE on the critic's values (PPO), or the group's statistics (GRPO)
+        if args.algo == "ppo":
+            with torch.no_grad():
+                old_values = response_values(critic(seq, mask), P, resp_mask.size(1))  # (B, R)
+            rewards = kl_penalty_rewards(old_logp, ref_logp, resp_mask, score, args.kl_coef)
+            advantages, returns = gae(rewards, old_values, resp_mask, args.gamma, args.lam)
+            advantages = whiten(advantages, resp_mask)
+        else:
+            advantages = group_advantages(score, args.group)[:, None].expand_as(old_logp)
+
+        # 4. update: a few passes of minibatches over this rollout batch
+        policy.train()
+        stats = {"policy_loss": 0.0, "value_loss": 0.0, "clipfrac": 0.0}
+        n_updates = args.ppo_epochs * args.minibatches
+        for _ in range(args.ppo_epochs):
+            for mb in torch.randperm(seq.size(0), generator=g).chunk(args.minibatches):
+                m = resp_mask[mb]
+                logp = token_logprobs(policy, seq[mb], mask[mb], P)
+                loss = clipped_policy_loss(logp, old_logp[mb], advantages[mb], m, args.clip_eps)
+                if args.algo == "grpo":  # the KL to the reference, in the loss
+                    loss = loss + args.kl_coef * masked_mean(k3_kl(logp, ref_logp[mb]), m)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
+                opt.step()
+                ratio = (logp.detach() - old_logp[mb]).exp()
+                clipped = ((ratio - 1).abs() > args.clip_eps).float()
+                stats["clipfrac"] += masked_mean(clipped, m).item() / n_updates
+                stats["policy_loss"] += loss.item() / n_updates
+                if critic is not None:
+                    values = response_values(critic(seq[mb], mask[mb]), P, m.size(1))
+                    vl = value_loss(values, old_values[mb], returns[mb], m, args.clip_eps)
+                    critic_opt.zero_grad(set_to_none=True)
+                    vl.backward()
+                    torch.nn.utils.clip_grad_norm_(critic.parameters(), 1.0)
+                    critic_opt.step()
+                    stats["value_loss"] += vl.item() / n_updates
+        row.update(stats, time=time.time() - t0)
+        rows.append(row), log_row(log_path, row)
+        print(
+            f"step {step}: kl {row['kl']:.3f} | proxy {row['proxy']:.3f} | gold {row['gold']:.3f}"
+            f" | len {row['length']:.1f} | clipfrac {row['clipfrac']:.2f} | {row['time']:.0f}s"
+        )
+    torch.save(
+        {"config": asdict(policy.config), "model": policy.state_dict()},
+        os.path.join(args.out_dir, "policy.pt"),
+    )
+    plot(rows, os.path.join(args.out_dir, "rl.png"), title=" ".join(sys.argv[1:] or ["defaults"]))
+    print(f"done in {time.time() - t0:.0f}s; wrote {log_path}, rl.png, policy.pt")
+    return rows
+
+
+def log_row(path, row):
+    with open(path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def plot(rows, path, title=""):
+    """Proxy and gold against the step, and against sqrt(KL) (Gao et al.'s axis)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    step = [r["step"] for r in rows]
+    sqrt_kl = [math.sqrt(max(r["kl"], 0.0)) for r in rows]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    for ax, x, label in (
+        (axes[0], step, "step"),
+        (axes[1], sqrt_kl, "sqrt(KL to reference), nats"),
+    ):
+        ax.plot(x, [r["gold"] for r in rows], color="C2", label="gold (verifier accuracy)")
+        ax.set_xlabel(label)
+        ax.set_ylabel("gold", color="C2")
+        twin = ax.twinx()
+        twin.plot(x, [r["proxy"] for r in rows], color="C0", label="proxy reward")
+        twin.set_ylabel("proxy", color="C0")
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()
