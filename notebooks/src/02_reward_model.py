@@ -8,7 +8,7 @@
 # 1. a preference pair from the built-in arithmetic data, as tokens;
 # 2. **last-real-token pooling**: where the number is read, whatever the padding;
 # 3. the **LogSig / LogExp / BCE** losses, plotted against the reward difference;
-# 4. a small reward model **trained** with `train_rm.py` (about half a minute on a CPU), its
+# 4. a small reward model **trained** with `train_rm.py` (about a minute on a CPU), its
 #    curves, and the **chosen-vs-rejected reward histogram**;
 # 5. a look at **real HH-RLHF pairs**, and the length cue they hide.
 
@@ -45,8 +45,11 @@ HH = os.path.join(DATA, "hh-rlhf")
 # The built-in dataset (`data/arith/prepare.py`, made on first use) asks for a sum or a
 # difference; the chosen response states the right result, the rejected one a close wrong one
 # (off by 1 or 2, by 10, or with two digits swapped) in the same words. The labels come from
-# `verifiable.gsm8k_reward`. Because both responses have the same words and nearly the same
-# length, a reward model can only learn this data by reading the numbers.
+# `verifiable.gsm8k_reward`. Both responses have the same words, and in 753 of the 1000
+# held-out pairs the same length in tokens; but where the lengths differ the shorter response
+# is the right one 170 times in 247 (a close wrong result often has one digit more). So length
+# is a weak cue here, not none: "shorter wins" scores 0.55 (ties counted half), "longer wins"
+# 0.45. To do better a reward model must read the numbers.
 
 # %%
 data_dir = built_in()  # prepares data/arith/ the first time
@@ -335,8 +338,9 @@ if helpful:
 # In `helpful-base` the chosen answer is longer 60% of the time; in `harmless-base` it is
 # shorter more often (a refusal beats a detailed harmful answer). A reward model can reach
 # 0.6 on helpful pairs by counting characters, and a policy optimised against it learns to
-# ramble: the length bias of RLHF. The arithmetic data above removes the cue on purpose
-# (baseline about 0.5). To train on HH-RLHF instead:
+# ramble: the length bias of RLHF. The arithmetic data above mostly hides the cue (three pairs
+# in four have equal lengths, and length alone scores 0.55 at best), though not entirely. To
+# train on HH-RLHF instead:
 #
 # ```bash
 # python data/hh_rlhf/prepare.py --src ../shared/data/hh-rlhf/helpful-base/test.jsonl.gz \

@@ -71,8 +71,13 @@ else:
 gold = extract_gsm8k(item["answer"])
 
 # %% [markdown]
-# A model's response is not in GSM8K's format, so `extract_answer` tries, in order: the last
-# `<answer>...</answer>` block, the last `\boxed{...}`, `#### x`, and "the answer is x".
+# A model's response is not in GSM8K's format, so `extract_answer` looks for a final-answer
+# mark (`nanorm/algebra/extract.py`'s docstring has the whole order). It reads inside the last
+# `<answer>...</answer>` block when there is one, and there takes the first that is found of:
+# the last `\boxed{...}`, then `#### x`, then what follows the last "the answer is" (or
+# "Answer:"), then a concluding sentence ("Thus he spent $58 in all."). One exception: an
+# "answer is" written *after* the last box goes before the box, because it is the response's
+# later word (`\boxed{12} ... The answer is 18` gives 18).
 # There is deliberately **no "last number in the text" fallback**: it would pay any response
 # that merely ends on the right number, and a policy learns to exploit that fast.
 
@@ -87,6 +92,7 @@ responses = [
     "She sells 9 eggs at $2 each, making 18 dollars.",  # no final-answer marker
     "16 - 3 - 4 = 9, so the answer is 9.",  # wrong
     "The answer is 18. No wait, the answer is 20.",  # the last statement counts
+    "First \\boxed{12}; checking again, the answer is 18.",  # said after the box: it wins
 ]
 print(f"gold answer {gold!r}\n")
 print(f"{'response':58} {'extracted':>12}  reward")
@@ -159,6 +165,7 @@ assert answers_match("evelyn", "\\text{Evelyn}") and not answers_match("b", "B")
 assert not answers_match("q - p", "p - q")
 print("every claim above holds")
 
+# %% [markdown]
 # ## 3. Why a format bonus must gate, not add
 #
 # R1-style training asks for `<think>...</think><answer>...</answer>`. A tempting reward is
@@ -264,7 +271,7 @@ for name, text, _ in (items[0], items[4]):
 # The built-in preference data (`data/arith`) was **labelled by the verifier**: chosen is the
 # response `gsm8k_reward` scores 1, rejected the one it scores 0. A reward model trained on it
 # learns to imitate the verifier. How well does a short run manage? We train the same small
-# model as notebook 02 (400 steps, about half a minute on a laptop CPU).
+# model as notebook 02 (400 steps, about a minute on a laptop CPU).
 
 # %%
 out_dir = tempfile.mkdtemp(prefix="nanorm_rm_")
