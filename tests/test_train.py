@@ -126,8 +126,8 @@ def test_resume_is_bitwise_exact(arith, tmp_path, monkeypatch):
     run(arith, tmp_path / "full", *common)
     save = train_rm.save_checkpoint
 
-    def save_then_stop(path, rm, meta, optimizer, step, *a):
-        save(path, rm, meta, optimizer, step, *a)
+    def save_then_stop(path, rm, meta, optimizer, step, *a, **kw):
+        save(path, rm, meta, optimizer, step, *a, **kw)
         if step == 4:
             raise KeyboardInterrupt  # the run is stopped right after its step-4 checkpoint
 
