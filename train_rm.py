@@ -459,6 +459,8 @@ class RewardModelTrainer:
             eval_preference_dataloader,
             open_loggers(log_dir, use_wandb, self.train_config, proc.master),
         )
+        if self.save_dir and proc.master:
+            os.makedirs(self.save_dir, exist_ok=True)
         if self.step == 0 and self.eval_first:
             self.evaluate_and_save(last=self.max_steps == 0)
         self.speed, start_step = Speedometer(), self.step

@@ -107,7 +107,8 @@ def test_readme_section_runs():
     section = readme.split(HEADING, 1)[1]
     section = re.split(r"\n## ", section, maxsplit=1)[0]
     blocks = re.findall(r"```python\n(.*?)```", section, re.S)
-    for name in ("RewardModel(", "Critic(", "RLVRRewardModel(", "LMRegularizedRewardModel("):
+    names = ("RewardModel(", "Critic(", "RLVRRewardModel(", "LMRegularizedRewardModel(")
+    for name in (*names, "RewardModelTrainer("):
         assert any(name in code for code in blocks), f"no snippet builds a {name[:-1]}"
     for code in blocks:
         p = subprocess.run(
