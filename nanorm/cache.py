@@ -29,11 +29,12 @@ import hashlib
 import json
 import os
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch import nn
 
 from data import atomic_write
 from data.pairs import packed_attention_mask
@@ -99,12 +100,35 @@ class FrozenCache:
         return cls(folder, split, first)
 
 
+@contextmanager
+def bf16_weights(layers, ctx):
+    """Under a bf16 autocast ctx, the matrices (nn.Linear weights) of layers held in bf16 for the
+    block, their fp32 tensors put back after it. Autocast casts a frozen fp32 weight to bf16 at
+    every product, every batch (it keeps casts only of weights that train); this casts each
+    once. The products are the same bits: autocast would cast to these very values. Norms and
+    embeddings stay fp32, as under autocast. Costs 2 bytes per frozen weight while it lasts
+    (half the fp32 weights again). Plain tensors only (FSDP's shards are left alone)."""
+    bf16 = isinstance(ctx, torch.autocast) and ctx.fast_dtype == torch.bfloat16
+    linears = [m for m in layers.modules() if isinstance(m, nn.Linear)]
+    if not bf16 or any(type(m.weight.data) is not torch.Tensor for m in linears):
+        yield
+        return
+    kept = [(m.weight, m.weight.data) for m in linears]
+    try:
+        for w, data in kept:
+            w.data = data.to(torch.bfloat16)
+        yield
+    finally:
+        for w, data in kept:
+            w.data = data
+
+
 @torch.no_grad()
 def build(backbone, data, split, first, folder, pad_id, dtype, say=print, ctx=None):
     """Run layers[:first] over every pair's packed row and store the real tokens' states. ctx:
-    the run's autocast (bf16 where the hardware multiplies it natively: 1.75x the pairs/s of
-    fp32 on an AVX512-BF16 CPU, bench/bench_dtype.py), so the stored states are what the
-    same run would compute without the cache."""
+    the run's autocast (bf16 where it pays, runtime.auto_dtype), so the stored states are what
+    the same run would compute without the cache; under bf16 the frozen layers' matrices are
+    held in bf16 while building (bf16_weights), not cast at every batch."""
     lengths = data.lengths(packed=True)  # (n,) real tokens of each packed row
     offsets = np.concatenate([[0], np.cumsum(lengths)])
     os.makedirs(folder, exist_ok=True)
@@ -115,30 +139,31 @@ def build(backbone, data, split, first, folder, pad_id, dtype, say=print, ctx=No
     order = np.argsort(lengths, kind="stable")  # similar lengths together: little padding
     was_training, t0 = backbone.training, time.time()
     backbone.eval()
-    for k in range(0, len(order), BATCH):
-        idx = order[k : k + BATCH].tolist()
-        b = data.collate_packed(idx, pad_id)
-        with ctx or nullcontext():
-            h = backbone.hidden_states(
-                b.tokens,
-                b.segments >= 0,
-                positions=b.positions,
-                attn_mask=packed_attention_mask(b.segments),
-                layers=(0, first),
-            ).float()  # (B, T, dim), before layer `first`
-        if h.abs().max() >= torch.finfo(dtype).max:
-            backbone.train(was_training)
-            raise OverflowError(f"a state reaches {h.abs().max():.3g}")
-        for row, i in enumerate(idx):
-            a, z = offsets[i], offsets[i + 1]
-            out[a:z] = h[row, : z - a].to(dtype).view(torch.uint16).numpy()
-        done = k + len(idx)
-        if done % (BATCH * 25) < BATCH or done == len(order):
-            rate = done / (time.time() - t0)
-            say(
-                f"cache {split}: {done}/{len(order)} pairs, {rate:.1f} pairs/s, "
-                f"{(len(order) - done) / rate:.0f}s left"
-            )
+    with bf16_weights(backbone.layers[:first], ctx):
+        for k in range(0, len(order), BATCH):
+            idx = order[k : k + BATCH].tolist()
+            b = data.collate_packed(idx, pad_id)
+            with ctx or nullcontext():
+                h = backbone.hidden_states(
+                    b.tokens,
+                    b.segments >= 0,
+                    positions=b.positions,
+                    attn_mask=packed_attention_mask(b.segments),
+                    layers=(0, first),
+                ).float()  # (B, T, dim), before layer `first`
+            if h.abs().max() >= torch.finfo(dtype).max:
+                backbone.train(was_training)
+                raise OverflowError(f"a state reaches {h.abs().max():.3g}")
+            for row, i in enumerate(idx):
+                a, z = offsets[i], offsets[i + 1]
+                out[a:z] = h[row, : z - a].to(dtype).view(torch.uint16).numpy()
+            done = k + len(idx)
+            if done % (BATCH * 25) < BATCH or done == len(order):
+                rate = done / (time.time() - t0)
+                say(
+                    f"cache {split}: {done}/{len(order)} pairs, {rate:.1f} pairs/s, "
+                    f"{(len(order) - done) / rate:.0f}s left"
+                )
     out.flush()
     del out
     os.replace(path + ".tmp", path)

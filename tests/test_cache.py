@@ -1,9 +1,12 @@
 """cache.py: the frozen layers' stored output gives the rewards, loss and gradients of computing
 them again (to the rounding of float16), is reused by a later run and rebuilt when the data
-changes; train_rm.py's --epochs evaluates at each epoch's end; --head_lr and --lora_rank train."""
+changes; under bf16 it is built from bf16-held weights to the bit of autocast's own casts, and
+the fp32 weights come back; train_rm.py's --epochs evaluates at each epoch's end; --head_lr and
+--lora_rank train."""
 
 import json
 import os
+from contextlib import nullcontext
 
 import numpy as np
 import pytest
@@ -13,6 +16,7 @@ from conftest import shared_path, stories_arith
 import train_rm
 from data.pairs import PairDataset, packed_attention_mask, write_pairs
 from model import ModelConfig
+from nanorm import cache as cache_py
 from nanorm.cache import FrozenCache, build, cache_key
 from reward import RewardModel, pairwise_loss
 
@@ -77,6 +81,33 @@ def test_cached_states_give_the_loss_and_gradients_of_recomputing(data, tmp_path
     assert (r - r3).abs().max() < 1e-5 and abs(loss - loss3) < 1e-6
     for n, g in grads.items():
         assert (g - grads3[n]).abs().max() <= 1e-5 * g.abs().max(), n
+
+
+def test_bf16_weights_build_autocasts_states_and_give_the_fp32_weights_back(
+    data, tmp_path, monkeypatch
+):
+    rm = tiny()
+    before = {n: (p.data_ptr(), p.dtype, p.clone()) for n, p in rm.named_parameters()}
+    quiet, bf16 = (lambda *a: None), torch.autocast("cpu", dtype=torch.bfloat16)
+    build(rm.backbone, data, "train", 2, tmp_path / "held", 0, torch.float16, say=quiet, ctx=bf16)
+    for n, p in rm.named_parameters():  # the very fp32 tensors, unchanged, and no grad left on
+        ptr, dtype, value = before[n]
+        assert (p.data_ptr(), p.dtype) == (ptr, dtype) and torch.equal(p, value) and p.grad is None
+    with cache_py.bf16_weights(rm.backbone.layers[:2], bf16):  # held: the matrices, not norms
+        assert rm.backbone.layers[1].feed_forward.w2.weight.dtype == torch.bfloat16
+        assert rm.backbone.layers[1].ffn_norm.weight.dtype == torch.float32
+        assert rm.backbone.layers[2].attention.wq.weight.dtype == torch.float32  # trained
+    with cache_py.bf16_weights(rm.backbone.layers[:2], nullcontext()):  # fp32 runs: untouched
+        assert rm.backbone.layers[0].attention.wq.weight.dtype == torch.float32
+    # autocast casting the fp32 weights at every batch, as before bf16_weights
+    monkeypatch.setattr(cache_py, "bf16_weights", lambda layers, ctx: nullcontext())
+    build(rm.backbone, data, "train", 2, tmp_path / "cast", 0, torch.float16, say=quiet, ctx=bf16)
+    held = FrozenCache(tmp_path / "held", "train", 2).states
+    cast = FrozenCache(tmp_path / "cast", "train", 2).states
+    assert torch.equal(held, cast)  # the same bf16 products
+    fp32 = tmp_path / "fp32"
+    build(rm.backbone, data, "train", 2, fp32, 0, torch.float16, say=quiet)
+    assert not torch.equal(FrozenCache(fp32, "train", 2).states, held)  # bf16 did compute
 
 
 def test_key_changes_with_the_data_and_the_layer(tmp_path):
@@ -185,13 +216,13 @@ def test_train_rm_calibrate_length_fits_on_the_training_pairs(arith, tmp_path):
     import eval_rm
     import nanorm.calibrate as calibrate
     import nanorm.report as report
-    from nanorm.ckpt import load_for_scoring
+    from nanorm.checkpoints import load_reward_model
 
     out = tmp_path / "a"
     run(arith, out, "--max_iters", 4, "--calibrate_length", "--eval_interval", 1000)
     ckpt = torch.load(out / "ckpt.pt", weights_only=True)
     cal, norm = ckpt["length_calibration"], ckpt["reward_normalization"]
-    rm, _ = load_for_scoring(str(out / "ckpt.pt"))
+    rm, _ = load_reward_model(str(out / "ckpt.pt"))
     train = PairDataset(os.path.join(arith, "train.npz"))
     _, r = eval_rm.evaluate(rm, train, 0, 16, return_rewards=True)  # recomputed, no cache
     want = calibrate.fit_length(r, report.response_lengths(train, len(train)))
