@@ -22,11 +22,13 @@ the reward is read at the end-of-turn token of the last assistant turn.
 A subset is a file's name (prefs/coding.jsonl: coding), or its folder's when the file is named
 after a split (helpful-base/test.jsonl.gz: helpful-base), or the row's --subset_key field. Each
 subset keeps a fixed, seeded --val_frac of its rows as held-out pairs (the same rows for any
-tokenizer); the training set is the union of the rest. Writes <out_dir>/{train.npz, val.npz,
-meta.json} (and tok.model when it trains a vocabulary); each pair's subset is stored with it, so
-train_rm.py and eval_rm.py report accuracy per subset. meta.json records the tokenizer's identity
-(a hash of its vocabulary, not its path), the chat layout, each file's formats and each subset's
-length heuristics.
+tokenizer; at least one when it has two or more); the training set is the union of the rest. A
+pair given twice (the same prompt, chosen and rejected, in any file) is kept once and the copies
+are counted: a copy held out while its twin trains would make the held-out accuracy a training
+one. Writes <out_dir>/{train.npz, val.npz, meta.json} (and tok.model when it trains a
+vocabulary); each pair's subset is stored with it, so train_rm.py and eval_rm.py report accuracy
+per subset. meta.json records the tokenizer's identity (a hash of its vocabulary, not its path),
+the chat layout, each file's formats, the copies left out and each subset's length heuristics.
 
 Nothing is lost by accident: an existing dataset is replaced only with --overwrite, and then
 whole (written aside, then renamed); an --out_dir that is a file, or a folder holding anything
@@ -113,17 +115,54 @@ def read_sources(sources, subset_key=None, strict=False):
     return subsets, dict(skipped), formats
 
 
+def drop_duplicates(subsets):
+    """Keep the first copy of each pair (the same prompt, chosen and rejected, in any subset) and
+    report the others: a copy split apart from its twin would be held out and trained on at once,
+    and the held-out accuracy would be measured on training pairs. -> how many were dropped."""
+    first, copies = {}, []
+    for name, pairs in subsets.items():
+        kept = []
+        for p in pairs:
+            prompt = p["prompt"] if isinstance(p["prompt"], str) else tuple(p["prompt"])
+            key = (prompt, p["chosen"], p["rejected"])
+            if key in first:
+                copies.append((p["where"], first[key]))
+            else:
+                first[key] = p["where"]
+                kept.append(p)
+        subsets[name] = kept
+    if copies:
+        print(
+            f"{len(copies)} pairs are copies of an earlier one (same prompt, chosen, rejected); ",
+            end="",
+        )
+        print(f"kept the first copy of each, e.g. {copies[0][0]} is {copies[0][1]}")
+    for name in [n for n, pairs in subsets.items() if not pairs]:
+        print(f"{name}: every pair is a copy of one in an earlier subset; left out")
+        del subsets[name]
+    return len(copies)
+
+
 def split(subsets, val_frac, seed, max_train=None):
-    """{"train", "val"}: [(group, pair)], a fixed, seeded val_frac of each subset held out; the
-    rest trains, at most max_train pairs of each subset (the held-out rows are the same)."""
+    """{"train", "val"}: [(group, pair)], a fixed, seeded val_frac of each subset held out, and at
+    least one pair of a subset of two or more (so every such subset is measured); the rest trains,
+    at most max_train pairs of each subset (the held-out rows are the same)."""
     splits = {"train": [], "val": []}
     for g, (subset, pairs) in enumerate(subsets.items()):
         random.Random(f"{seed}-{subset}").shuffle(pairs)  # the same rows for any tokenizer
         n_val = int(len(pairs) * val_frac)
+        if n_val == 0 and len(pairs) >= 2:
+            n_val = 1
+            print(f"{subset}: --val_frac {val_frac} of {len(pairs)} pairs is none; holding out 1")
         train = pairs[n_val:][:max_train]
         splits["val"] += [(g, r) for r in pairs[:n_val]]
         splits["train"] += [(g, r) for r in train]
         print(f"{subset}: {len(pairs)} pairs, {n_val} held out, {len(train)} to train on")
+    if not splits["val"]:
+        fail(
+            f"--val_frac {val_frac} holds out no pair: each of the {len(subsets)} subsets has a "
+            "single pair; give more rows per subset (fewer subsets, or no --subset_key)"
+        )
     return splits
 
 
@@ -192,13 +231,15 @@ def prepare(args, sources, out):
     out = os.path.abspath(out)
     check_out_dir(out, args.overwrite)
     subsets, skipped, formats = read_sources(sources, args.subset_key, args.strict)
+    duplicates = drop_duplicates(subsets)
     splits = split(subsets, args.val_frac, args.seed, args.max_train)
     parent = os.path.dirname(out)
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=os.path.basename(out) + ".tmp-", dir=parent)
     try:
         meta = write_dataset(args, sources, list(subsets), splits, tmp, out)
-        meta.update(skipped=skipped, formats=formats, subset_key=args.subset_key)
+        meta.update(skipped=skipped, duplicates=duplicates, formats=formats)
+        meta.update(subset_key=args.subset_key)
         with open(os.path.join(tmp, "meta.json"), "w") as f:
             json.dump(meta, f, indent=1)
         if os.path.exists(out):  # replace the old dataset whole: aside, swap, delete

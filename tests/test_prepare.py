@@ -96,7 +96,8 @@ def test_any_format_and_file_type_with_subsets_from_names(tmp_path, capsys):
     (src / "chat").mkdir(parents=True)
     implicit = "".join(json.dumps(conversation(i)) + "\n" for i in range(10))
     (src / "chat" / "train.jsonl.gz").write_bytes(gzip.compress(implicit.encode()))
-    (src / "explicit.json").write_text(json.dumps([conversation(i, False) for i in range(5)]))
+    explicit = [conversation(10 + i, False) for i in range(5)]  # not the pairs of chat/ again
+    (src / "explicit.json").write_text(json.dumps(explicit))
     pairs = [json.loads(hh_row(i, "yes", "no")) for i in range(4)]
     pairs = [{"prompt": "Q?", "chosen": " a", "rejected": " bb"}] + pairs
     (src / "mixed.jsonl").write_text("".join(json.dumps(r) + "\n" for r in pairs))
@@ -191,3 +192,54 @@ def test_empty_out_dir_is_used(hh_folder, tmp_path):
     out.mkdir()
     prepare_any(["--src", str(hh_folder), "--tokenizer", str(tok), "--out_dir", str(out)])
     assert sorted(os.listdir(out)) == ["meta.json", "train.npz", "val.npz"]
+
+
+def pair_tokens(path):
+    """The (prompt, chosen, rejected) token tuples of a prepared split."""
+    return [tuple(tuple(x.tolist()) for x in p) for p in PairDataset(path)]
+
+
+def test_a_pair_given_twice_is_never_both_held_out_and_trained_on(tmp_path, capsys):
+    """Each of 20 pairs three times, and two of them once more in a second file: each pair is
+    kept once, in one split, and the copies are counted."""
+    tok = shared_path("llama2c", "stories260K", "tok512.bin")
+    rows = [{"prompt": f"Q{i}?", "chosen": f" yes {i}", "rejected": " no"} for i in range(20)]
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows * 3))
+    more = [*rows[:2], {"prompt": "Other?", "chosen": " yes", "rejected": " no"}]
+    (tmp_path / "b.jsonl").write_text("".join(json.dumps(r) + "\n" for r in more))
+    src = [str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")]
+    out = tmp_path / "d"
+    meta = prepare_any(["--src", *src, "--tokenizer", str(tok), "--out_dir", str(out)])
+    said = capsys.readouterr().out
+    assert meta["duplicates"] == 42 and "42 pairs are copies of an earlier one" in said
+    assert f"e.g. {tmp_path / 'a.jsonl'}:21 is {tmp_path / 'a.jsonl'}:1" in said
+    a, b = meta["subsets"]["a"], meta["subsets"]["b"]
+    assert (a["n_train"] + a["n_val"], b["n_train"] + b["n_val"]) == (20, 1)
+    train, val = pair_tokens(out / "train.npz"), pair_tokens(out / "val.npz")
+    assert len(set(train)) == len(train) == 17 and len(set(val)) == len(val) == 4
+    assert not set(train) & set(val)
+
+
+def test_a_tiny_val_frac_still_holds_out_a_pair_of_each_subset(hh_folder, tmp_path, capsys):
+    """--val_frac 0.001 of 20 and 10 rows rounds to none: one of each is held out, so train_rm.py
+    and eval_rm.py never get an empty held-out split."""
+    tok = shared_path("llama2c", "stories260K", "tok512.bin")
+    args = ["--src", str(hh_folder), "--tokenizer", str(tok), "--val_frac", "0.001"]
+    meta = prepare([*args, "--out_dir", str(tmp_path / "d")])
+    assert (
+        meta["subsets"]["helpful-base"]["n_val"] == meta["subsets"]["harmless-base"]["n_val"] == 1
+    )
+    assert meta["subsets"]["helpful-base"]["n_train"] == 19
+    assert "helpful-base: --val_frac 0.001 of 20 pairs is none; holding out 1" in (
+        capsys.readouterr().out
+    )
+    assert len(PairDataset(tmp_path / "d" / "val.npz")) == 2
+
+
+def test_subsets_of_one_pair_each_hold_out_nothing_and_are_refused(tmp_path):
+    rows = [conversation(i, source=f"s{i}") for i in range(3)]  # three subsets of one pair
+    (tmp_path / "all.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = ["--src", str(tmp_path / "all.jsonl"), "--subset_key", "source", "--tokenizer", "x"]
+    with pytest.raises(UsageError, match=r"--val_frac 0\.2 holds out no pair: each of the 3 "):
+        prepare_any([*args, "--out_dir", str(tmp_path / "d")])
+    assert not (tmp_path / "d").exists()

@@ -11,8 +11,9 @@ Anthropic HH-RLHF preference pairs, tokenized for train_rm.py.
 
 data/prepare.py does the work (any preference file; this script adds HH's download and names).
 --src takes files or folders (a folder: every <subset>/*.jsonl.gz under it). Each subset keeps a
-fixed, seeded --val_frac of its rows as held-out pairs (the same rows for any tokenizer), and the
-training set is the union of the rest. Writes <out_dir>/{train.npz, val.npz, meta.json} (and
+fixed, seeded --val_frac of its rows as held-out pairs (the same rows for any tokenizer; at least
+one when it has two or more), and the training set is the union of the rest; a pair given twice is
+kept once (data/prepare.py). Writes <out_dir>/{train.npz, val.npz, meta.json} (and
 tok.model when it trains a vocabulary); each pair's subset is stored with it, so train_rm.py and
 eval_rm.py report accuracy per subset. meta.json records the tokenizer's identity (a hash of its
 vocabulary, not its path), the chat layout and each subset's length heuristics.
