@@ -5,6 +5,7 @@ and what PPO does with those values: generalized advantage estimation and the cl
     python -m pytest tests/test_critic.py    # no command line: a PPO loop calls these functions
 
     critic = Critic.from_reward_model(rm)                # PPO usually starts from the RM's weights
+    critic = Critic(pretrained="out/ckpt.pt")            # the same, from a trained reward model
     critic = Critic(pretrained="stories260K.bin")        # or a new head on any checkpoint
     values = critic(input_ids, attention_mask)           # (B, T), 0 at padding
     old_v = response_values(values, prompt_len, R)       # (B, R), aligned with the response tokens
@@ -52,12 +53,6 @@ class Critic(ScalarHeadModel):
             if rm.head.bias is not None:  # LMRegularizedRewardModel's head has none: keep 0
                 critic.head.bias.copy_(rm.head.bias)
         return critic
-
-    @classmethod
-    def from_reward_checkpoint(cls, path):
-        from nanorm.ckpt import load_reward_model  # ckpt.pt: read when a file is
-
-        return cls.from_reward_model(load_reward_model(path))
 
 
 def response_values(values, response_start, response_len):

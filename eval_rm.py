@@ -45,7 +45,8 @@ from data import ArgumentParser, UsageError, run
 from data.chat import chat_format
 from data.pairs import Batch, open_dataset
 from data.tokenizer import load_tokenizer
-from nanorm.ckpt import checkpoint_tokenizer, load_for_scoring
+from nanorm.checkpoints import load_reward_model
+from nanorm.ckpt import checkpoint_tokenizer
 from nanorm.cli import boolean, check_device
 from nanorm.report import Scored, best_of_n, response_lengths, write_served_report
 from reward import LogSigLoss
@@ -164,7 +165,7 @@ def load_model(path):
     reads it), where the head's weights come from: "trained" (train_rm), "score" (an HF
     classifier's) or "random", the record of its length calibration and normalization (the
     ckpt.pt dict, an export's config.json "nanorm_reward") and the dataset it was trained on."""
-    rm, ckpt = load_for_scoring(path)
+    rm, ckpt = load_reward_model(path)
     if ckpt is not None:
         train = ckpt.get("train_config") or {}
         info = dict(meta=ckpt.get("data_meta") or {}, batch_size=train.get("batch_size"))

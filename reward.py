@@ -224,7 +224,7 @@ def as_model_config(config):
 class ScalarHeadModel(nn.Module):
     """A LLaMA backbone with a Linear(dim, 1) `head`: the reward models here and critic.Critic.
     It owns construction; a subclass says where the head reads (forward). nanorm/ckpt.py saves
-    and loads them (save_checkpoint, load_model, load_reward_model)."""
+    them, nanorm/checkpoints.py reads them (cls(pretrained=path), load_reward_model)."""
 
     head_bias = True
 
@@ -275,14 +275,6 @@ class ScalarHeadModel(nn.Module):
     def from_config(cls, cfg: ModelConfig):
         """A freshly initialised model (for tests and training from scratch)."""
         return cls(Transformer(cfg))
-
-    @classmethod
-    def from_backbone_checkpoint(cls, path):
-        """The backbone from any checkpoint nanorm/checkpoints.py reads (llama2.c, Meta, HF,
-        GGUF), a new head (or an HF sequence classifier's `score`)."""
-        from nanorm.checkpoints import from_pretrained  # checkpoint formats: read when a file is
-
-        return from_pretrained(cls, path)
 
 
 class RewardModel(ScalarHeadModel):

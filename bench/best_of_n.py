@@ -30,8 +30,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from data import ArgumentParser, UsageError, atomic_write, run
 from data.chat import chat_format
 from data.tokenizer import load_tokenizer
-from nanorm.checkpoints import load_transformer
-from nanorm.ckpt import load_for_scoring
+from nanorm.checkpoints import load_reward_model, load_transformer
 from nanorm.runtime import auto_dtype
 from verifiable import gsm8k_reward
 
@@ -86,7 +85,7 @@ def main(argv=None):
     dtype = auto_dtype("cpu")  # bf16 autocast where the CPU multiplies it natively
     ctx = torch.autocast("cpu", torch.bfloat16) if dtype == "bfloat16" else nullcontext()
     policy, tok = load_transformer(args.policy), load_tokenizer(args.policy)
-    rm, ckpt = load_for_scoring(args.proxy)
+    rm, ckpt = load_reward_model(args.proxy)
     if ckpt is None:
         raise UsageError(f"{args.proxy} is a backbone without a trained head: give a ckpt.pt")
     meta = ckpt.get("data_meta") or {}

@@ -1,11 +1,13 @@
 """
-Checkpoint readers: a LLaMA on disk -> model.py's Transformer, through (ModelConfig keyword
-arguments, state dict in Meta's names).
+Reading checkpoints, the one home of it: any LLaMA on disk -> model.py's Transformer, and the
+models with heads built from one.
 
-    from nanorm.checkpoints import load_transformer, read_checkpoint
-    model = load_transformer(path)         # llama2.c .bin/.pt, Meta dir, HF dir, .gguf
-    config, sd = read_checkpoint(path)     # the same read, before a model is built
-    model = transformer_from_state_dict(ModelConfig(**config), sd, path)   # what load does
+    model = load_transformer(path)         # the LLaMA of any file below (a ckpt.pt's backbone too)
+    rm = RewardModel(pretrained=path)      # cls(pretrained=): pretrained_parts, below
+    rm, ckpt = load_reward_model(path)     # what a file scores with: ours by its kind, else a
+                                           # RewardModel around the backbone (eval_rm, score)
+    config, sd = read_checkpoint(path)     # a foreign file's parts, before a model is built
+    ckpt = load_checkpoint(path)           # our ckpt.pt's dict
 
 Formats, recognised by their shape on disk:
     llama2.c .bin    run.c's legacy v0 file: a 7-int header, then every weight in float32
@@ -16,9 +18,8 @@ Formats, recognised by their shape on disk:
     .gguf            llama.cpp's file, read by gguf_reader.py
     ckpt.pt          nanoRM's own (nanorm/ckpt.py writes it): kind, config, state dict, heads
 
-Its last section reads our ckpt.pt and gives the parts a backbone-with-a-head model is built
-from, whatever the file (pretrained_parts: what RewardModel(pretrained=path) reads). The model
-classes are passed in, never imported, so reward.py can reach this file when it reads one.
+Its last section reads our ckpt.pt and builds the models with heads. Torch files are read here
+alone (load_torch: weights_only=True, a missing or corrupt file one line).
 
 A reader knows nothing of model.py: it renames, un-permutes and converts tensors, and the model
 builder (transformer_from_state_dict) checks that names and shapes fit the config. Nothing is
@@ -33,20 +34,55 @@ configs with biases or a head_dim that is not hidden_size / num_heads (not LLaMA
 import json
 import math
 import os
+import pickle
 import re
 import struct
+import zipfile
+from functools import lru_cache
 
 import torch
 
 from data import UsageError
 from model import ModelConfig, Transformer, rope_frequencies
-from nanorm.cli import is_torch_file, load_torch
 
 
-def load_transformer(path):
-    """A Transformer (in eval mode) from any checkpoint above, whichever format it is."""
-    config, sd = read_checkpoint(path)
-    return transformer_from_state_dict(ModelConfig(**config), sd, path)
+def is_torch_file(path):
+    """Whether path starts as torch.save's zip archive does (a truncated one does too)."""
+    if not os.path.isfile(path):
+        return False
+    with open(path, "rb") as f:
+        return f.read(2) == b"PK"
+
+
+def load_torch(path, **kwargs):
+    """torch.load(path, weights_only=True), a missing or unreadable file as one UsageError. A
+    file mapped on the CPU (map_location="cpu", mmap=True: every reader here) is loaded once
+    while it stays the same file: recognising it and reading it are one torch.load."""
+    if kwargs == dict(map_location="cpu", mmap=True) and os.path.isfile(path):
+        st = os.stat(path)
+        return _load_mapped(str(path), (st.st_ino, st.st_size, st.st_mtime_ns))
+    return _load_torch(path, **kwargs)
+
+
+@lru_cache(maxsize=2)
+def _load_mapped(path, identity):
+    return _load_torch(path, map_location="cpu", mmap=True)
+
+
+def _load_torch(path, **kwargs):
+    if not os.path.isfile(path):
+        raise UsageError(f"{path} not found")
+    if not is_torch_file(path):
+        raise UsageError(f"{path} is corrupt (not a zip archive, which torch.save writes)")
+    if not zipfile.is_zipfile(path):  # the archive's directory is at its end: cut off
+        raise UsageError(f"{path} is corrupt (truncated: its zip archive has no end)")
+    try:
+        return torch.load(path, weights_only=True, **kwargs)
+    except (RuntimeError, EOFError, OSError) as e:  # e.g. a truncated file: no central directory
+        reason = str(e).split(". ")[0]  # torch's first sentence; the rest is advice
+        raise UsageError(f"{path} is corrupt ({reason})") from None
+    except pickle.UnpicklingError:
+        raise UsageError(f"{path} holds more than tensors and plain data: not loaded") from None
 
 
 def transformer_from_state_dict(cfg, sd, source):
@@ -120,7 +156,10 @@ def read_llama2c(path):
         ckpt = load_torch(path, map_location="cpu", mmap=True)  # damaged: one line naming it
         if not isinstance(ckpt, dict) or "model" not in ckpt or "model_args" not in ckpt:
             found = list(ckpt) if isinstance(ckpt, dict) else type(ckpt).__name__
-            raise ValueError(f"{path}: expected keys 'model' and 'model_args', found {found}")
+            raise ValueError(
+                f"{path}: not a checkpoint nanoRM reads: a torch file needs kind/config/model "
+                f"(train_rm.py's ckpt.pt) or model and model_args (llama2.c's), found {found}"
+            )
         config = {k: v for k, v in ckpt["model_args"].items() if k in LLAMA2C_ARGS}
         sd = {k.removeprefix("_orig_mod."): v for k, v in ckpt["model"].items()}  # torch.compile
         sd = {k: v for k, v in sd.items() if k not in ("freqs_cos", "freqs_sin")}  # we derive them
@@ -365,11 +404,14 @@ def _unpermute(w, n_heads, head_dim):
 
 
 # ----------------------------------------------------------------------------- ours
-# nanoRM's own ckpt.pt, read (nanorm/ckpt.py writes it), and the parts a backbone-with-a-head
-# model (reward.py's, critic.py's) is built from, whatever the file: what cls(pretrained=path)
-# reads. The classes are passed in: this file imports none of them.
+# nanoRM's own ckpt.pt, read (nanorm/ckpt.py writes it), and the models built from any file:
+# cls(pretrained=path) reads pretrained_parts; scripts that score read load_reward_model. The
+# model classes are imported where a kind is named, never at the top: reward.py reaches here.
 MODEL_KEYS = {"kind", "config", "model"}
 HEAD_NAME = re.compile(r"^(value_|reward_)?head\.")  # a scoring head, under its older names too
+# how a ckpt.pt's kind is scored: --length_head's model (length_head.py) by its quality head
+# alone, i.e. as a RewardModel; every other kind as itself
+SCORED_AS = {"LengthDebiasedRewardModel": ("RewardModel", "length_head.")}
 
 
 def is_ours(path):
@@ -380,19 +422,13 @@ def is_ours(path):
         ckpt = load_torch(path, map_location="cpu", mmap=True)
     except UsageError:
         return True  # a damaged zip archive: load_checkpoint says how it is damaged
-    return isinstance(ckpt, dict) and (MODEL_KEYS <= ckpt.keys() or older_layout(ckpt))
-
-
-def older_layout(ckpt):  # older checkpoints kept kind/config/model under "model"
-    return isinstance(ckpt.get("model"), dict) and MODEL_KEYS <= ckpt["model"].keys()
+    return isinstance(ckpt, dict) and MODEL_KEYS <= ckpt.keys()
 
 
 def load_checkpoint(path, map_location="cpu"):
-    """The checkpoint's dict, with kind/config/model at its top level. A missing, truncated or
-    corrupt file, or a torch file that is not ours, is one UsageError naming the file."""
+    """The checkpoint's dict. A missing, truncated or corrupt file, or a torch file that is not
+    ours, is one UsageError naming the file."""
     ckpt = load_torch(path, map_location=map_location, mmap=True)  # missing, corrupt: one line
-    if isinstance(ckpt, dict) and older_layout(ckpt):
-        ckpt = {**ckpt, **ckpt["model"]}
     if not isinstance(ckpt, dict) or not MODEL_KEYS <= ckpt.keys():
         found = sorted(ckpt) if isinstance(ckpt, dict) else type(ckpt).__name__
         raise UsageError(
@@ -402,17 +438,54 @@ def load_checkpoint(path, map_location="cpu"):
     return ckpt
 
 
-def from_pretrained(cls, path):
-    """A cls (reward.py's or critic.py's, a backbone with a head) around the backbone of any
-    checkpoint checkpoints.py reads (llama2.c, Meta, HF, GGUF); the head is new, unless the
-    file is an HF sequence classifier whose `score.weight` comes in the same read: then it is
-    the head's weight."""
-    backbone, heads = _foreign_parts(path)
-    model = cls(backbone)
-    with torch.no_grad():
-        for name, value in heads.items():
-            model.get_parameter(name).copy_(value)
-    return model.eval()
+def split_heads(sd):
+    """(the backbone's state dict in Meta's names, the heads' {name: tensor}) of a ckpt.pt's
+    model: the one place the "backbone." prefix comes off and older head names are renamed."""
+    backbone = {k[len("backbone.") :]: v for k, v in sd.items() if k.startswith("backbone.")}
+    heads = {HEAD_NAME.sub("head.", k): v for k, v in sd.items() if not k.startswith("backbone.")}
+    return backbone, heads
+
+
+def load_transformer(path):
+    """The LLaMA (in eval mode) of any checkpoint: a foreign one above, or a ckpt.pt's backbone
+    (a reward model's, to generate with or to start from)."""
+    if is_ours(path):
+        ckpt = load_checkpoint(path)
+        backbone, _ = split_heads(ckpt["model"])
+        return transformer_from_state_dict(ModelConfig(**ckpt["config"]), backbone, path)
+    config, sd = read_checkpoint(path)
+    sd.pop("score.weight", None)
+    return transformer_from_state_dict(ModelConfig(**config), sd, path)
+
+
+def pretrained_parts(cls, path):
+    """(backbone, {head parameter: tensor}) for cls(pretrained=path), from any checkpoint
+    nanoRM reads. A ckpt.pt of cls's own kind gives all its heads (strictly, when the model
+    is built); another kind's gives its scoring head (a reward model's head to a Critic, as
+    Critic.from_reward_model does; the bias where cls has one); a foreign backbone none (a new
+    head), or an HF classifier's score. A name that is not a file or directory here (a hub
+    name) is refused in one line saying how to download it."""
+    path = str(path)
+    if not os.path.exists(path):
+        raise UsageError(
+            f"{path} is not a local checkpoint, and nanoRM reads no hub: download it first "
+            f"(huggingface-cli download {path} --local-dir DIR) and pass pretrained=DIR"
+        )
+    if not is_ours(path):
+        try:
+            return _foreign_parts(path)
+        except ValueError as e:  # the readers' "wrong format, truncated, shapes do not fit"
+            raise UsageError(str(e) if path in str(e) else f"{path}: {e}") from None
+    ckpt = load_checkpoint(path)
+    backbone, heads = split_heads(ckpt["model"])
+    backbone = transformer_from_state_dict(ModelConfig(**ckpt["config"]), backbone, path)
+    if ckpt["kind"] != cls.__name__:  # another kind: its scoring head alone
+        heads = {k: v for k, v in heads.items() if k.startswith("head.")}
+        if "head.weight" not in heads:
+            raise UsageError(f"{path}: its {ckpt['kind']} has no scoring head to start from")
+        if not cls.head_bias:
+            heads.pop("head.bias", None)
+    return backbone, heads
 
 
 def _foreign_parts(path):
@@ -427,50 +500,40 @@ def _foreign_parts(path):
     return backbone, {"head.weight": score}  # HF's score has no bias: ours stays 0
 
 
-def pretrained_parts(cls, path):
-    """(backbone, {head parameter: tensor}) for cls(pretrained=path), from any checkpoint
-    nanoRM reads. A ckpt.pt of cls's own kind gives all its heads (strictly); another kind's
-    gives its scoring head (a reward model's head to a Critic, as Critic.from_reward_model
-    does; the bias where cls has one); a foreign backbone a new head, or an HF classifier's
-    score. A name that is not a file or directory here (a hub name) is refused in one line
-    saying how to download it."""
+def load_reward_model(path):
+    """(model, its ckpt.pt dict) for our checkpoint, the class its kind names (or scores as:
+    SCORED_AS); or (a RewardModel around any foreign backbone, None): its head is new then,
+    unless an HF classifier's `score`. What eval_rm.py and nanorm.score read."""
+    from reward import LMRegularizedRewardModel, RewardModel
+
     path = str(path)
     if not os.path.exists(path):
-        raise UsageError(
-            f"{path} is not a local checkpoint, and nanoRM reads no hub: download it first "
-            f"(huggingface-cli download {path} --local-dir DIR) and pass pretrained=DIR"
-        )
+        raise UsageError(f"{path} not found")
     if not is_ours(path):
-        try:
-            return _foreign_parts(path)
-        except ValueError as e:  # the readers' "wrong format, truncated, shapes do not fit"
-            raise UsageError(str(e) if path in str(e) else f"{path}: {e}") from None
+        return RewardModel(pretrained=path), None
     ckpt = load_checkpoint(path)
-    if ckpt["kind"] == cls.__name__:
-        model = model_from_dict(cls, ckpt, path)
-        heads = {k: v for k, v in model.state_dict().items() if not k.startswith("backbone.")}
-        return model.backbone, heads
-    sd = ckpt["model"]
-    backbone = {k.removeprefix("backbone."): v for k, v in sd.items() if k[:9] == "backbone."}
-    backbone = transformer_from_state_dict(ModelConfig(**ckpt["config"]), backbone, path)
-    heads = {HEAD_NAME.sub("head.", k): v for k, v in sd.items() if HEAD_NAME.match(k)}
-    if "head.weight" not in heads:
-        raise UsageError(f"{path}: its {ckpt['kind']} has no scoring head to start from")
-    if not cls.head_bias:
-        heads.pop("head.bias", None)
-    return backbone, heads
+    kind, drop = SCORED_AS.get(ckpt["kind"], (ckpt["kind"], None))
+    kinds = {"RewardModel": RewardModel, "LMRegularizedRewardModel": LMRegularizedRewardModel}
+    if kind == "SubsetExpertsRewardModel":  # --subset_experts' model, read where it is met
+        from nanorm.subset_experts import SubsetExpertsRewardModel
+
+        kinds[kind] = SubsetExpertsRewardModel
+    if kind not in kinds:
+        raise UsageError(f"{path}: kind {ckpt['kind']!r} is not one of {list(kinds)}")
+    backbone, heads = split_heads(ckpt["model"])
+    if drop:  # the heads that only training reads
+        heads = {k: v for k, v in heads.items() if not k.startswith(drop)}
+    cls = kinds[kind]
+    model = cls(transformer_from_state_dict(ModelConfig(**ckpt["config"]), backbone, path))
+    if hasattr(model, "set_experts") and "gate.bias" in heads:
+        model.set_experts(len(heads["gate.bias"]))
+    check_heads(model, heads, path)
+    return model.eval(), ckpt
 
 
-def model_from_dict(cls, ckpt, source):
-    """The cls a ckpt.pt's dict holds: the backbone through the shape and key checks of every
-    loaded checkpoint, then the head(s), strictly."""
-    sd = ckpt["model"]
-    backbone = {k.removeprefix("backbone."): v for k, v in sd.items() if k[:9] == "backbone."}
-    model = cls(transformer_from_state_dict(ModelConfig(**ckpt["config"]), backbone, source))
-    rest = {k: v for k, v in sd.items() if not k.startswith("backbone.")}
-    rest = {HEAD_NAME.sub("head.", k): v for k, v in rest.items()}
-    model.load_state_dict(rest, strict=False)  # the heads; the backbone is assigned
-    missing = {k for k in model.state_dict() if not k.startswith("backbone.")} - rest.keys()
-    if missing or rest.keys() - model.state_dict().keys():
-        raise ValueError(f"{source}: its heads {sorted(rest)} do not fit a {cls.__name__}")
-    return model.eval()
+def check_heads(model, heads, source):
+    """Copy heads ({name: tensor}) into model's, which must be exactly the model's heads."""
+    own = {k for k in model.state_dict() if not k.startswith("backbone.")}
+    if own != heads.keys():
+        raise ValueError(f"{source}: its heads {sorted(heads)} do not fit a {type(model).__name__}")
+    model.load_state_dict(heads, strict=False)  # the heads; the backbone is assigned

@@ -1,20 +1,16 @@
 """
-The one home of nanoRM's own checkpoint, ckpt.pt: what it holds, writing it atomically, reading
-it back for --resume, for scoring and for export, and the tokenizer it carries. Every script goes
-through here. Reading a file, ours or foreign (llama2.c, Meta, Hugging Face, GGUF), into a
-backbone and heads is checkpoints.py's, which imports no model class (reward.py reaches it for
-cls(pretrained=path)); this file builds the classes a checkpoint names.
+nanoRM's own checkpoint, ckpt.pt: what it holds, writing it atomically, resuming from it, and
+the tokenizer it carries. Reading any checkpoint, ours or foreign, into a model is
+checkpoints.py's, the one home of reading.
 
     save_checkpoint(path, rm, meta=meta, optimizer=opt, step=step, train_config=cfg)
-    ckpt = load_checkpoint(path)         # the dict below, checked: a bad file is one line
+    update_checkpoint(path, length_calibration=cal)   # rewritten atomically
     step = resume(path, rm, optimizer, device, meta)
     tok = checkpoint_tokenizer(path)     # a ckpt.pt's carried tokenizer, a .gguf's, an HF dir's
-    model = load_backbone(path)          # the LLaMA of a ckpt.pt, or of any foreign checkpoint
-    rm = load_reward_model(path)         # the reward model a ckpt.pt holds, of the class it names
-    rm, ckpt = load_for_scoring(path)    # ours, or a RewardModel around any foreign backbone
+    check_tokenizer(init, meta, dataset) # data of another vocabulary than --init's: refused
 
 What ckpt.pt holds: one dict, torch.save'd, read with weights_only=True (tensors and plain data):
-    kind, config, model   the class name (KINDS below), ModelConfig as a dict, state dict
+    kind, config, model   the class name, ModelConfig as a dict, state dict
     tokenizer_files       {file name: uint8 tensor}: the tokenizer itself, so a moved run folder
                           or a deleted dataset never stops a checkpoint from scoring text
     data_meta, tokenizer  the dataset's meta.json (vocabulary, chat layout, subsets) and the
@@ -47,20 +43,14 @@ from data.tokenizer import (
     load_tokenizer,
     tokenizer_fingerprint,
 )
-from model import ModelConfig
 from nanorm.checkpoints import (
     MODEL_KEYS,
-    from_pretrained,
     is_ours,
+    is_torch_file,
     load_checkpoint,
-    load_transformer,
-    model_from_dict,
-    older_layout,
+    load_torch,
     read_checkpoint,
-    transformer_from_state_dict,
 )
-from nanorm.cli import is_torch_file, load_torch
-from reward import LMRegularizedRewardModel, RewardModel
 
 
 # ----------------------------------------------------------------------------- writing
@@ -136,7 +126,7 @@ def update_checkpoint(path, **keys):
     """Set (or, for None, remove) top-level keys of a ckpt.pt, rewritten atomically: e.g. the
     length calibration and normalization eval_rm.py --save_calibration measured on it."""
     ckpt = load_torch(path, map_location="cpu")  # no mmap: the file is replaced below
-    if not isinstance(ckpt, dict) or not (MODEL_KEYS <= ckpt.keys() or older_layout(ckpt)):
+    if not isinstance(ckpt, dict) or not MODEL_KEYS <= ckpt.keys():
         raise UsageError(f"{path} is not a nanoRM checkpoint: nothing stored in it")
     for k, v in keys.items():
         if v is None:
@@ -183,62 +173,6 @@ def resume(path, rm, optimizer, device, meta, load_full_state=None):
     if "cuda_rng" in ckpt and device.startswith("cuda"):
         torch.cuda.set_rng_state_all([s.cpu() for s in ckpt["cuda_rng"]])
     return ckpt["step"]
-
-
-def load_backbone(path):
-    """The LLaMA of any checkpoint: our ckpt.pt's backbone (a reward model's, to generate with
-    or to start from), else whatever checkpoints.py reads (llama2.c, Meta, HF, GGUF)."""
-    if not is_ours(path):
-        return load_transformer(path)
-    ckpt = load_checkpoint(path)
-    sd = {k[9:]: v for k, v in ckpt["model"].items() if k.startswith("backbone.")}
-    return transformer_from_state_dict(ModelConfig(**ckpt["config"]), sd, path)
-
-
-# ----------------------------------------------------------------------------- models
-def load_model(cls, path):
-    """The cls a ckpt.pt holds, refused if the checkpoint names another class."""
-    ckpt = load_checkpoint(path)
-    if ckpt["kind"] != cls.__name__:
-        raise ValueError(f"{path} holds a {ckpt['kind']}, not a {cls.__name__}")
-    return model_from_dict(cls, ckpt, path)
-
-
-# the classes a ckpt.pt's "kind" names. --length_head's model (length_head.py) scores with its
-# quality head alone, i.e. as a RewardModel: scoring, evaluation and export load it as one.
-KINDS = {"RewardModel": RewardModel, "LMRegularizedRewardModel": LMRegularizedRewardModel}
-SCORED_AS = {"LengthDebiasedRewardModel": ("RewardModel", "length_head.")}
-
-
-def load_reward_model(path, ckpt=None):
-    """The reward model a ckpt.pt holds (ckpt: its dict, if already read), of the class its
-    "kind" names, or the class that scores for it (SCORED_AS)."""
-    ckpt = ckpt or load_checkpoint(path)
-    kind, drop = SCORED_AS.get(ckpt["kind"], (ckpt["kind"], None))
-    if kind == "SubsetExpertsRewardModel":  # --subset_experts' model, read where it is met
-        from nanorm.subset_experts import SubsetExpertsRewardModel
-
-        return model_from_dict(SubsetExpertsRewardModel, ckpt, path)
-    if kind not in KINDS:
-        raise UsageError(f"{path}: kind {ckpt['kind']!r} is not one of {list(KINDS)}")
-    if drop:  # the heads that only training reads
-        ckpt = dict(ckpt, model={k: v for k, v in ckpt["model"].items() if not k.startswith(drop)})
-    return model_from_dict(KINDS[kind], ckpt, path)
-
-
-def load_for_scoring(path):
-    """(model, its ckpt.pt dict) for our checkpoint, or (a RewardModel around any backbone
-    checkpoints.py reads, None): the head is random then, unless an HF classifier's `score`."""
-    if not os.path.exists(path):
-        raise UsageError(f"{path} not found")
-    if is_ours(path):
-        ckpt = load_checkpoint(path)
-        return load_reward_model(path, ckpt), ckpt
-    try:
-        model = from_pretrained(RewardModel, path)
-    except ValueError as e:  # the readers' "wrong format, truncated, shapes do not fit"
-        raise UsageError(str(e) if str(path) in str(e) else f"{path}: {e}") from None
-    return model, None
 
 
 # ----------------------------------------------------------------------------- the tokenizer

@@ -2,15 +2,11 @@
 A command line's options and files: a script's options are one dataclass whose fields say their
 default, help and check (`opt`); `parse_config` turns it into argparse options and checks every
 value, so a wrong one is one line naming the option (data.UsageError, printed by data.run).
-`load_torch` reads a torch file with weights_only=True, a missing or corrupt one as one line;
 `check_device` refuses a device this machine does not have.
 """
 
 import argparse
-import os
-import pickle
 import re
-import zipfile
 from dataclasses import field, fields
 
 import torch
@@ -24,31 +20,6 @@ def boolean(text):
     if text.lower() not in value:
         raise argparse.ArgumentTypeError(f"expected true/false, 1/0 or yes/no, got {text!r}")
     return value[text.lower()]
-
-
-def is_torch_file(path):
-    """Whether path starts as torch.save's zip archive does (a truncated one does too)."""
-    if not os.path.isfile(path):
-        return False
-    with open(path, "rb") as f:
-        return f.read(2) == b"PK"
-
-
-def load_torch(path, **kwargs):
-    """torch.load(path, weights_only=True), a missing or unreadable file as one UsageError."""
-    if not os.path.isfile(path):
-        raise UsageError(f"{path} not found")
-    if not is_torch_file(path):
-        raise UsageError(f"{path} is corrupt (not a zip archive, which torch.save writes)")
-    if not zipfile.is_zipfile(path):  # the archive's directory is at its end: cut off
-        raise UsageError(f"{path} is corrupt (truncated: its zip archive has no end)")
-    try:
-        return torch.load(path, weights_only=True, **kwargs)
-    except (RuntimeError, EOFError, OSError) as e:  # e.g. a truncated file: no central directory
-        reason = str(e).split(". ")[0]  # torch's first sentence; the rest is advice
-        raise UsageError(f"{path} is corrupt ({reason})") from None
-    except pickle.UnpicklingError:
-        raise UsageError(f"{path} holds more than tensors and plain data: not loaded") from None
 
 
 # ----------------------------------------------------------------------------- options

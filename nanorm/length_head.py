@@ -3,7 +3,7 @@ ODIN's length head (Chen et al. 2024, arXiv 2402.07319): a reward model that lea
 response length out of its reward. Trained by `python train_rm.py --length_head` (see there);
 scored, evaluated and exported as a plain RewardModel (its quality head alone).
 
-    rm = LengthDebiasedRewardModel.from_backbone_checkpoint(path)
+    rm = LengthDebiasedRewardModel(pretrained=path)
     loss, stats = rm.loss(chosen, chosen_mask, rejected, rejected_mask, chosen_response_mask)
     loss, stats = rm.loss_packed(tokens, segments, positions, chosen_end, rejected_end)
 

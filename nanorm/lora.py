@@ -4,7 +4,7 @@ projection instead of the projection itself.
 
     python train_rm.py --init model.gguf --lora_rank 8 --lora_alpha 16
 
-    rm = RewardModel.from_backbone_checkpoint(path)
+    rm = RewardModel(pretrained=path)
     adapters = add_lora(rm, rank=8, alpha=16)        # backbone frozen, adapters in, head untouched
     print(memory_report(rm))                           # what trains and the AdamW state it needs
     opt = torch.optim.AdamW(p for p in rm.parameters() if p.requires_grad)  # after add_lora

@@ -10,7 +10,7 @@ the story llama2.c's own test expects.
     python -m nanorm.sample --ckpt out/ckpt.pt --prompt "1 + 2 ="    # a trained RM's backbone, its tokenizer
 
 One process, on the CPU: generation here is a demonstration, not a service, so there is no
-torchrun form. --ckpt takes any checkpoint ckpt.load_backbone reads (train_rm's ckpt.pt, whose
+torchrun form. --ckpt takes any checkpoint checkpoints.load_transformer reads (train_rm's ckpt.pt, whose
 tokenizer it carries, and every format checkpoints.py reads).
 """
 
@@ -24,8 +24,8 @@ import torch
 
 from data import ArgumentParser, UsageError, run
 from data.tokenizer import load_tokenizer
-from nanorm.ckpt import checkpoint_tokenizer, load_backbone
-from nanorm.cli import is_torch_file, load_torch
+from nanorm.checkpoints import is_torch_file, load_torch, load_transformer
+from nanorm.ckpt import checkpoint_tokenizer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STORIES = os.path.join(HERE, "..", "..", "shared", "data", "llama2c", "stories260K")
@@ -67,7 +67,7 @@ def main(argv=None):
     if is_torch_file(args.ckpt):
         load_torch(args.ckpt, mmap=True)  # a truncated .pt: one line, "X is corrupt (...)"
     try:
-        model = load_backbone(args.ckpt)
+        model = load_transformer(args.ckpt)
     except ValueError as e:  # the readers' "wrong format, truncated, shapes do not fit"
         raise UsageError(str(e) if args.ckpt in str(e) else f"{args.ckpt}: {e}") from None
     try:

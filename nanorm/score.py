@@ -27,7 +27,8 @@ from data.chat import chat_format
 from data.pairs import encode_pair
 from data.tokenizer import load_tokenizer
 from nanorm.calibrate import served
-from nanorm.ckpt import checkpoint_tokenizer, load_for_scoring
+from nanorm.checkpoints import load_reward_model
+from nanorm.ckpt import checkpoint_tokenizer
 from nanorm.export_hf import export_hf
 
 
@@ -47,7 +48,7 @@ def main(argv=None):
         p.error(f"accuracy on pairs is eval_rm.py's: {hint}")
     if (args.response is None) == (args.export_hf is None):
         p.error("give exactly one of --response and --export_hf")
-    model, ckpt = load_for_scoring(args.ckpt)
+    model, ckpt = load_reward_model(args.ckpt)
     if ckpt is None:
         print(f"note: {args.ckpt} is a backbone; its head is random unless it had a `score`")
     ckpt = ckpt or {}

@@ -9,7 +9,8 @@ import sys
 import torch
 from conftest import ROOT, shared_path
 
-from nanorm.ckpt import load_for_scoring, save_checkpoint
+from nanorm.checkpoints import load_reward_model
+from nanorm.ckpt import save_checkpoint
 from reward import RewardModel
 
 sys.path.insert(0, os.path.join(ROOT, "bench"))
@@ -33,7 +34,7 @@ def test_best_of_n_scores_every_answer_as_alone(tmp_path):
     assert all(g in (0.0, 1.0) for g in q["gold"]) and all(map(math.isfinite, q["proxy"]))
     assert all(n <= 13 for n in q["tokens"])  # 12 sampled + the end token where cut
     # the padded batch gives each answer the reward it gets alone (the padding never read)
-    proxy, _ = load_for_scoring(str(tmp_path / "ckpt.pt"))
+    proxy, _ = load_reward_model(str(tmp_path / "ckpt.pt"))
     prompt, answers = [1, 5, 9], [[7, 8, 2], [7, 2], [3, 4, 5, 6, 2]]
     batched = best_of_n.proxy_rewards(proxy, prompt, answers, 2, best_of_n.nullcontext())
     for a, r in zip(answers, batched, strict=True):

@@ -15,7 +15,7 @@ import nanorm.report as report
 import train_rm
 from data.arith.prepare import main as prepare_arith
 from data.pairs import PairDataset
-from nanorm.ckpt import load_for_scoring
+from nanorm.checkpoints import load_reward_model
 from nanorm.score import main as score_main
 
 
@@ -91,7 +91,7 @@ def test_stored_calibration_is_served_alike_everywhere(run, tmp_path, capsys):
         + ["--calibration_data", data, "--save_calibration"]
     )
     # the fit is on the TRAINING pairs: the same numbers from their rewards, scored here
-    rm, _ = load_for_scoring(original)
+    rm, _ = load_reward_model(original)
     train = PairDataset(f"{data}/train.npz")
     _, r = eval_rm.evaluate(rm, train, 2, 64, return_rewards=True)
     want = calibrate.fit_length(r, report.response_lengths(train, len(train)))

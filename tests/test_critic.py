@@ -5,7 +5,7 @@ import torch
 from conftest import tiny_model
 
 from critic import Critic, gae, response_values, value_loss
-from nanorm.ckpt import load_model, save_checkpoint
+from nanorm.ckpt import save_checkpoint
 from reward import LMRegularizedRewardModel, RewardModel
 
 V = 61
@@ -71,14 +71,14 @@ def test_critic_from_reward_model(tmp_path, rm_cls):
     tokens = torch.randint(3, V, (2, 9))
     mask = torch.ones_like(tokens)
     mask[0, 6:] = 0
-    for critic in (Critic.from_reward_model(rm), Critic.from_reward_checkpoint(tmp_path / "rm.pt")):
+    for critic in (Critic.from_reward_model(rm), Critic(pretrained=tmp_path / "rm.pt")):
         with torch.no_grad():  # at the last real token the critic starts out as the reward
             values, rewards = critic(tokens, mask), rm(tokens, mask)
         assert (values[[0, 1], [5, 8]] - rewards).abs().max() < 1e-5
         assert critic.backbone is not rm.backbone  # PPO trains one and freezes the other
     save_checkpoint(tmp_path / "critic.pt", critic)
     assert torch.equal(
-        load_model(Critic, tmp_path / "critic.pt")(tokens, mask), critic(tokens, mask)
+        Critic(pretrained=tmp_path / "critic.pt")(tokens, mask), critic(tokens, mask)
     )
 
 

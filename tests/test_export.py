@@ -154,7 +154,7 @@ def test_export_chatml_apply_chat_template(bpe_tok, tmp_path):
     # and back: nanoRM reads the export (score -> head) to the same rewards and tokenizer
     from data.tokenizer import tokenizer_fingerprint
 
-    back = RewardModel.from_backbone_checkpoint(tmp_path)
+    back = RewardModel(pretrained=tmp_path)
     tokens, mask = pad(ids)
     assert rel_close(back(tokens, mask), model(tokens, mask), rtol=1e-6)
     assert tokenizer_fingerprint(checkpoint_tokenizer(tmp_path)) == tokenizer_fingerprint(tok)

@@ -12,7 +12,7 @@ from conftest import ROOT
 from test_train import grad_norms, max_diff, run
 
 from data.arith.prepare import main as prepare_arith
-from nanorm.ckpt import load_reward_model
+from nanorm.checkpoints import load_reward_model
 
 # a constant learning rate after one warmup step: a run cut at step 2 and resumed with
 # --max_iters 4 then follows the schedule of an uninterrupted 4-step run
@@ -80,7 +80,7 @@ def test_fsdp_equals_one_process_and_resumes_across(arith, tmp_path, case):
         for c in (mid, cut, full)
     ]
     assert groups[0] == groups[1] == groups[2]
-    rm = load_reward_model(tmp_path / "cut" / "ckpt.pt")
+    rm, _ = load_reward_model(tmp_path / "cut" / "ckpt.pt")
     assert rm.head.weight.shape == (1, 64)  # --model nano: dim 64
     found = re.findall(r"fsdp: rank (\d) holds ([\d,]+) of ([\d,]+) parameters", stdout[0])
     held = {int(r): int(n.replace(",", "")) for r, n, _ in found}

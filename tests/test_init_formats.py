@@ -12,8 +12,7 @@ from conftest import shared_path, stories_arith
 import train_rm
 from data.arith.prepare import main as prepare_arith
 from model import ModelConfig, Transformer
-from nanorm.checkpoints import load_transformer
-from nanorm.ckpt import load_reward_model
+from nanorm.checkpoints import load_reward_model, load_transformer
 
 SHAPE = dict(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, multiple_of=32)
 
@@ -71,7 +70,7 @@ def test_train_rm_inits_from_every_format(arith, tmp_path, fmt):
     argv += ["--cache", "false", "--eval_first", "false"]
     res = train_rm.main([str(a) for a in argv])
     assert 0 <= res["acc"] <= 1
-    rm = load_reward_model(tmp_path / "out" / "ckpt.pt")
+    rm, _ = load_reward_model(tmp_path / "out" / "ckpt.pt")
     frozen = rm.backbone.layers[0].attention.wq.weight  # below the trained top layer
     assert torch.equal(frozen, base.layers[0].attention.wq.weight)
     trained = rm.backbone.layers[-1].attention.wq.weight

@@ -9,7 +9,8 @@ import torch
 from conftest import pad, shared_path, tiny_config
 
 import train_rm
-from nanorm.ckpt import checkpoint_tokenizer, load_model, load_reward_model, save_checkpoint
+from nanorm.checkpoints import load_reward_model
+from nanorm.ckpt import checkpoint_tokenizer, save_checkpoint
 from nanorm.length_head import LengthDebiasedRewardModel
 from reward import RewardModel, pearson
 
@@ -98,11 +99,11 @@ def test_checkpoint_round_trip_keeps_both_heads(tmp_path):
     with torch.no_grad():
         model.length_head.weight.normal_()
     save_checkpoint(tmp_path / "rm.pt", model)
-    back = load_model(LengthDebiasedRewardModel, tmp_path / "rm.pt")  # both heads, e.g. to train on
+    back = LengthDebiasedRewardModel(pretrained=tmp_path / "rm.pt")  # both heads, e.g. to train on
     assert type(back) is LengthDebiasedRewardModel
     assert torch.equal(back.length_head.weight, model.length_head.weight)
     assert torch.equal(back.head.weight, model.head.weight)
-    scorer = load_reward_model(tmp_path / "rm.pt")  # scoring reads the quality head alone
+    scorer, _ = load_reward_model(tmp_path / "rm.pt")  # scoring reads the quality head alone
     assert type(scorer) is RewardModel and torch.equal(scorer.head.weight, model.head.weight)
     x = torch.randint(1, 61, (2, 7))
     with torch.no_grad():
@@ -148,7 +149,7 @@ def test_train_rm_length_head_with_train_layers_and_gguf_init(arith, tmp_path):
     ckpt = torch.load(out / "ckpt.pt", weights_only=True)
     assert ckpt["kind"] == "LengthDebiasedRewardModel"
     assert "length_head.weight" in ckpt["model"]
-    rm, wq = load_reward_model(out / "ckpt.pt"), lambda m, i: m.layers[i].attention.wq.weight
+    rm, wq = load_reward_model(out / "ckpt.pt")[0], lambda m, i: m.layers[i].attention.wq.weight
     assert torch.equal(wq(rm.backbone, 0), wq(base, 0))  # frozen by --train_layers 1
     assert not torch.equal(wq(rm.backbone, 1), wq(base, 1))  # the top layer trained
     assert checkpoint_tokenizer(str(out / "ckpt.pt")).vocab_size == 320  # carried in the file

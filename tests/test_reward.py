@@ -10,7 +10,8 @@ from conftest import CHOSEN, PROMPTS, REJECTED, pad, shared_path, tiny_config, t
 
 import reward
 from model import Transformer
-from nanorm.ckpt import load_model, load_reward_model, save_checkpoint
+from nanorm.checkpoints import load_reward_model
+from nanorm.ckpt import save_checkpoint
 from nanorm.score import main
 from reward import LMRegularizedRewardModel, RewardModel, accuracy, pairwise_loss
 
@@ -96,7 +97,7 @@ def test_hf_sequence_classification_parity(tmp_path, tied):
     hf = transformers.LlamaForSequenceClassification(cfg).eval()
     hf.score.weight.normal_()  # HF initialises it at std 0.02; a unit head shows errors
     hf.save_pretrained(tmp_path)
-    model = RewardModel.from_backbone_checkpoint(tmp_path)
+    model = RewardModel(pretrained=tmp_path)
     assert torch.equal(model.head.weight, hf.score.weight)
     assert torch.equal(model.head.bias, torch.zeros(1))
 
@@ -114,9 +115,7 @@ def test_hf_sequence_classification_parity(tmp_path, tied):
 def test_stories260k_padding_invariance_and_pad_eq_eos():
     from data.tokenizer import load_tokenizer
 
-    model = RewardModel.from_backbone_checkpoint(
-        shared_path("llama2c", "stories260K", "stories260K.bin")
-    )
+    model = RewardModel(pretrained=shared_path("llama2c", "stories260K", "stories260K.bin"))
     tok = load_tokenizer(shared_path("llama2c", "stories260K", "tok512.bin"))
     assert tok.pad_id == tok.eos_id  # the case where pooling by pad id goes wrong
     torch.manual_seed(0)
@@ -350,20 +349,25 @@ def test_save_load_roundtrip(tmp_path, cls):
     assert saved["kind"] == cls.__name__ and saved["config"]["rope_scaling"] == LLAMA3_ROPE
     tokens, mask = pad([[1, 4, 9, 16, 25, 36], [1, 8, 27]], "left")
     ref = model(tokens, mask)
-    # as save() wrote it, nested in a training checkpoint, and beside training keys
-    opt, written = torch.optim.AdamW(model.parameters()), dict(saved)
-    torch.save({"model": written, "optimizer": opt.state_dict()}, tmp_path / "n.pt")  # older
+    # as save() wrote it, and beside training keys
+    written = dict(saved)
     torch.save({**written, "tokenizer": "tok.bin", "step": 3}, tmp_path / "t.pt")
-    for p in (path, tmp_path / "n.pt", tmp_path / "t.pt"):
-        for loaded in (load_model(cls, p), load_reward_model(p)):
+    for p in (path, tmp_path / "t.pt"):
+        for loaded in (cls(pretrained=p), load_reward_model(p)[0]):
             assert type(loaded) is cls and not loaded.training
             assert loaded.backbone.output.weight is loaded.backbone.tok_embeddings.weight
             assert torch.equal(loaded(tokens, mask), ref)
+    # another class starts from its backbone and scoring head (as a Critic from a reward model)
     other = LMRegularizedRewardModel if cls is RewardModel else RewardModel
-    with pytest.raises(ValueError, match=f"holds a {cls.__name__}, not a {other.__name__}"):
-        load_model(other, path)
+    started = other(pretrained=path)
+    assert torch.equal(started.head.weight, model.head.weight)
+    assert torch.equal(
+        RewardModel.forward(started, tokens, mask),
+        RewardModel.forward(model, tokens, mask)
+        - (model.head.bias if model.head.bias is not None else 0),
+    )
     torch.save({"step": 1}, tmp_path / "bad.pt")
-    with pytest.raises(ValueError, match="not a nanoRM checkpoint"):
+    with pytest.raises(ValueError, match="not a checkpoint nanoRM reads"):
         load_reward_model(tmp_path / "bad.pt")
 
 
@@ -382,7 +386,7 @@ def test_from_backbone_checkpoint_llama2c_and_meta(tmp_path):
     with torch.no_grad():
         ref = base.hidden_states(x)
         for path in (tmp_path / "ckpt.pt", meta):
-            model = RewardModel.from_backbone_checkpoint(path)
+            model = RewardModel(pretrained=path)
             assert (model.backbone.hidden_states(x) - ref).abs().max() < 1e-6, path
             assert model.head.weight.std() < 0.1  # a fresh head: nothing to load
 
@@ -392,9 +396,7 @@ def test_command_line(tmp_path, capsys):
     from data.tokenizer import load_tokenizer
 
     tok_path = shared_path("llama2c", "stories260K", "tok512.bin")
-    model = RewardModel.from_backbone_checkpoint(
-        shared_path("llama2c", "stories260K", "stories260K.bin")
-    )
+    model = RewardModel(pretrained=shared_path("llama2c", "stories260K", "stories260K.bin"))
     torch.manual_seed(0)
     with torch.no_grad():
         model.head.weight.normal_(std=0.1)

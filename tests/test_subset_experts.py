@@ -13,7 +13,8 @@ from conftest import pad, tiny_config
 import train_rm
 from data import UsageError
 from data.pairs import pack_pairs
-from nanorm.ckpt import load_reward_model, save_checkpoint
+from nanorm.checkpoints import load_reward_model
+from nanorm.ckpt import save_checkpoint
 from nanorm.subset_experts import SubsetExpertsRewardModel
 from reward import RewardModel, new_head
 
@@ -142,7 +143,7 @@ def test_checkpoint_keeps_its_number_of_experts(tmp_path):
         for layer in (model.experts, model.gate):
             layer.weight.normal_()
     save_checkpoint(tmp_path / "ckpt.pt", model)
-    loaded = load_reward_model(tmp_path / "ckpt.pt")
+    loaded, _ = load_reward_model(tmp_path / "ckpt.pt")
     assert type(loaded) is SubsetExpertsRewardModel and loaded.experts.out_features == 3
     tokens, mask = pad([[1, 5, 11, 2], [1, 6, 12, 13, 2]])
     torch.testing.assert_close(loaded(tokens, mask), model.eval()(tokens, mask))
@@ -183,7 +184,7 @@ def test_train_rm_runs_subset_experts_and_refuses_data_without_subsets(tmp_path)
     args += ["--eval_interval", "4", "--dtype", "float32", "--overwrite"]
     ev = train_rm.main(["--dataset", tok + "-two", "--out_dir", str(tmp_path / "a"), *args])
     assert 0 <= ev["acc"] <= 1
-    loaded = load_reward_model(tmp_path / "a" / "ckpt.pt")
+    loaded, _ = load_reward_model(tmp_path / "a" / "ckpt.pt")
     assert type(loaded) is SubsetExpertsRewardModel and loaded.experts.out_features == 2
     log = [json.loads(x) for x in (tmp_path / "a" / "log.jsonl").read_text().splitlines()]
     assert any("gate_acc" in row for row in log if row["split"] == "train")
