@@ -1,17 +1,22 @@
 """
-fp32 against bf16 on this machine's CPU: what `--dtype auto` decides, and what it buys.
+fp32 against bf16 on this machine's CPU: where `--dtype auto` should switch, and what bf16 buys.
 
-    python bench/bench_dtype.py                        # all three, a markdown table on stdout
-    nice -n 10 python bench/bench_dtype.py --out section.md --repeats 5
-    python bench/bench_dtype.py --skip_train           # matmul and the frozen layers only
+    python bench/bench_dtype.py --steps_only --repeats 15 --pairs 16   # the rule's table (~2 min)
+    python bench/bench_dtype.py --widths '' --skip_train --rows 8 --seq 256   # SmolLM2's parts
+    python bench/bench_dtype.py --out section.md                      # everything
 
-Three measurements, each fp32 and bf16 interleaved (fp32, bf16, fp32, bf16, ...) and repeated, the
+Each measurement times fp32 and bf16 in turns (fp32, bf16, fp32, bf16, ...), repeated, the
 median kept, so that another job sharing the CPU slows both alike; the ratio within a run is the
 figure to trust, the absolute rates move with the load:
-  1. a square matmul's GFLOP/s, fp32 tensors against bf16 tensors;
-  2. SmolLM2-135M-Instruct's forward (`hidden_states`, all 30 layers, no gradient) in rows of
-     --seq tokens per second, fp32 against bf16 autocast: the frozen layers' cache build;
-  3. train_rm.py on SmolLM2, the top 2 layers trained, no cache, packed pairs of one HH subset:
+  1. a square matmul's GFLOP/s, fp32 tensors against bf16 tensors: the limit bf16 can reach;
+  2. a training step (forward and backward of RewardModel's pairwise loss, no optimizer) at
+     each of --widths (train_rm's nano, tiny, small and medium shapes, SmolLM2's) and --threads:
+     the table runtime.auto_dtype's rule (BF16_MIN_DIM) is read from, with what it picks;
+  3. SmolLM2-135M-Instruct's forward (`hidden_states`, 30 layers, no gradient), rows/s;
+  4. the frozen layers' cache build (nanorm/cache.build, SmolLM2's bottom 26 layers, packed
+     helpful-base pairs): fp32, bf16 autocast casting fp32 weights at every batch, and bf16 with
+     the weights held in bf16 (cache.bf16_weights), in GFLOP/s against the bf16 matmul rate;
+  5. train_rm.py on SmolLM2, the top 2 layers trained, no cache, packed pairs of one HH subset:
      training tokens per second of `--dtype float32` against `--dtype bfloat16`.
 The CPU is named (lscpu's model name, and the bf16 flags it has) with torch's version and threads.
 Reads ../shared/data/smollm2/*.gguf and ../shared/data/hh-rlhf/helpful-base (prepared once into
@@ -22,6 +27,7 @@ import argparse
 import glob
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -140,14 +146,51 @@ def bench_step(dim, layers, pairs, seq, repeats):
     return n_tokens / t32, n_tokens / t16
 
 
-def prepare_subset(gguf, work):
-    d = os.path.join(work, "hb")
+def prepare_subset(gguf, work, max_train=64):
+    d = os.path.join(work, f"hb{max_train}")
     if not os.path.exists(os.path.join(d, "meta.json")):
         src = os.path.join(SHARED, "hh-rlhf", "helpful-base", "test.jsonl.gz")
         cmd = [sys.executable, os.path.join(ROOT, "data", "hh_rlhf", "prepare.py"), "--src", src]
-        cmd += ["--tokenizer", gguf, "--max_len", "288", "--max_train", "64", "--out_dir", d]
+        cmd += ["--tokenizer", gguf, "--max_len", "288", "--max_train", str(max_train)]
+        cmd += ["--out_dir", d]
         subprocess.run(cmd, check=True, capture_output=True)
     return d
+
+
+def bench_cache_build(gguf, work, pairs, train_layers, repeats):
+    """nanorm/cache.build of SmolLM2's frozen layers (all but the top train_layers) over `pairs`
+    helpful-base pairs, packed: fp32, bf16 autocast casting the fp32 weights at every batch
+    (cache.py before bf16_weights), and bf16 with the weights held in bf16 (cache.py now).
+    Returns (packed tokens, GFLOP of the weight matmuls, [seconds of each])."""
+    from torch import nn
+
+    from data.pairs import PairDataset
+    from nanorm import cache
+    from nanorm.checkpoints import load_transformer
+
+    model = load_transformer(gguf).eval()
+    data = PairDataset(os.path.join(prepare_subset(gguf, work, pairs), "train.npz"))
+    first = model.config.n_layers - train_layers
+    bf16, quiet, hold = torch.autocast("cpu", dtype=torch.bfloat16), (lambda *a: None), []
+
+    def run(ctx, held):
+        folder = tempfile.mkdtemp(dir=work)
+        hold.append(cache.bf16_weights)
+        if not held:  # autocast alone, as before
+            cache.bf16_weights = lambda layers, ctx: nullcontext()
+        try:
+            cache.build(model, data, "train", first, folder, 0, torch.float16, quiet, ctx)
+        finally:
+            cache.bf16_weights = hold.pop()
+            shutil.rmtree(folder)
+
+    fns = [lambda: run(None, False), lambda: run(bf16, False), lambda: run(bf16, True)]
+    times = interleaved(fns, repeats)
+    tokens = int(data.lengths(packed=True).sum())
+    linear = sum(
+        m.weight.numel() for m in model.layers[:first].modules() if isinstance(m, nn.Linear)
+    )
+    return tokens, 2 * tokens * linear / 1e9, times
 
 
 def train_tok_s(gguf, data, dtype, steps, work):
@@ -182,6 +225,7 @@ def main():
     p.add_argument("--pairs", type=int, default=8, help="pairs per training step")
     p.add_argument("--step_seq", type=int, default=96, help="longest row of the training step")
     p.add_argument("--steps_only", action="store_true", help="matmul and training steps alone")
+    p.add_argument("--cache_pairs", type=int, default=16, help="pairs of the cache build")
     p.add_argument("--work", default=None, help="where the prepared pairs and runs go (a temp dir)")
     p.add_argument("--out", default=None, help="also write the markdown here")
     args = p.parse_args()
@@ -214,6 +258,8 @@ def main():
         r32, r16, rel = bench_forward(gguf[0], args.rows, args.seq, args.repeats)
         row(f"SmolLM2-135M forward, rows of {args.seq} tokens (30 layers)", r32, r16, "rows/s")
         print(f"bf16 autocast's final states differ from fp32's by {rel:.2%} (relative norm)")
+        if os.path.exists(os.path.join(SHARED, "hh-rlhf", "helpful-base")):
+            cache_table(gguf[0], work, args, g16, lines)
         have_hh = os.path.exists(os.path.join(SHARED, "hh-rlhf", "helpful-base"))
         if args.skip_train or not have_hh:
             print("train_rm.py part skipped" + ("" if have_hh else ": no HH-RLHF data"))
@@ -253,6 +299,35 @@ def step_table(args, lines):
             )
             print(table[-1], flush=True)
     torch.set_num_threads(threads0)
+    lines += table
+
+
+def cache_table(gguf, work, args, matmul16, lines):
+    """The frozen layers' cache build three ways, with GFLOP/s against the bf16 matmul rate."""
+    tokens, gflop, (t32, tcast, theld) = bench_cache_build(
+        gguf, work, args.cache_pairs, 4, args.repeats
+    )
+    table = [
+        "",
+        f"Cache build (nanorm/cache.build), SmolLM2-135M's bottom 26 layers over {args.cache_pairs} "
+        f"packed helpful-base pairs ({tokens:,} tokens, {gflop:.0f} GFLOP of weight matmuls), "
+        f"median of {args.repeats}; GFLOP/s against this CPU's bf16 matmul ({matmul16:.0f} GFLOP/s, "
+        f"{args.n}x{args.n}):",
+        "",
+        "| cache build | seconds | pairs/s | GFLOP/s | of the bf16 matmul | vs fp32 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, t in (
+        ("fp32", t32),
+        ("bf16 autocast, fp32 weights cast at every batch", tcast),
+        ("bf16 autocast, weights held in bf16 (bf16_weights)", theld),
+    ):
+        rate = gflop / t
+        table.append(
+            f"| {name} | {t:.2f} | {args.cache_pairs / t:.2f} | {rate:.0f} | "
+            f"{rate / matmul16:.0%} | {t32 / t:.2f}x |"
+        )
+    print("\n".join(table), flush=True)
     lines += table
 
 
