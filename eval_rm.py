@@ -49,7 +49,7 @@ from nanorm.checkpoints import load_reward_model
 from nanorm.ckpt import checkpoint_tokenizer
 from nanorm.cli import boolean, check_device
 from nanorm.report import Scored, best_of_n, response_lengths, write_served_report
-from reward import LogSigLoss
+from reward import LogSigLoss, ranked_right
 
 
 # ----------------------------------------------------------------------------- scoring
@@ -104,7 +104,7 @@ def evaluate(
                 )
         r_c, r_r, n = r_c.float(), r_r.float(), len(r_c)
         sums["loss"] += (loss_fn or LogSigLoss())(r_c, r_r).item() * n
-        sums["acc"] += (r_c > r_r).sum().item()  # a tie is wrong
+        sums["acc"] += ranked_right(r_c, r_r).sum().item()  # a tie is wrong
         sums["chosen"] += r_c.sum().item()
         sums["rejected"] += r_r.sum().item()
         sums["n"] += n
@@ -194,7 +194,7 @@ def fit_calibration(rm, data, pad_id, batch_size, n_pairs=None, **scoring):
 
 
 def score(rm, source, batch_size):
-    """{subset name: Scored} for a Source, the rewards from train_rm.evaluate."""
+    """{subset name: Scored} for a Source, the rewards from evaluate."""
     n = len(source.names)
     _, rewards = evaluate(rm, source.data, source.pad_id, batch_size, n, return_rewards=True)
     lengths = response_lengths(source.data, n)

@@ -182,7 +182,12 @@ def pair_stats(r_chosen, r_rejected, rm_loss, **more):
 def accuracy(r_chosen, r_rejected):
     """Fraction of pairs with r_c > r_r, strictly: a tie is not a correct ranking (a model that
     gives every response 0 would otherwise be 100% accurate)."""
-    return (r_chosen > r_rejected).float().mean()
+    return ranked_right(r_chosen, r_rejected).float().mean()
+
+
+def ranked_right(r_chosen, r_rejected):
+    """(B,) bool: the pairs ranked right, r_c > r_r strictly; every accuracy counts these."""
+    return r_chosen > r_rejected
 
 
 def pearson(x, y, eps=1e-8):

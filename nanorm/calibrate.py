@@ -37,6 +37,8 @@ mean and std with the model.
 
 import torch
 
+from reward import ranked_right
+
 KIND = "linear_log_length"
 
 
@@ -45,7 +47,7 @@ def length_balanced(r_c, r_r, len_c, len_r):
     """{acc_chosen_longer, acc_chosen_shorter, length_balanced_accuracy, length_ties} of n pairs
     (rewards and response lengths, each (n,)); a reward tie is wrong, as in eval_rm's accuracy.
     A group without pairs: None (and so is the balanced mean), not a made-up number."""
-    right = r_c > r_r
+    right = ranked_right(r_c, r_r)
     acc = lambda sel: right[sel].double().mean().item() if sel.any() else None
     longer, shorter = acc(len_c > len_r), acc(len_c < len_r)
     both = None if longer is None or shorter is None else (longer + shorter) / 2

@@ -27,7 +27,7 @@ import nanorm.calibrate as calibrate
 from data import atomic_write
 from data.pairs import length_heuristics
 from nanorm.runtime import save
-from reward import pearson
+from reward import pearson, ranked_right
 
 # RewardBench's sections (allenai/reward-bench, rewardbench/constants.py: SUBSET_MAPPING)
 SECTIONS = {
@@ -81,7 +81,7 @@ def pair_metrics(r_c, r_r, len_c, len_r):
     ece, _ = calibrate.reliability(r_c, r_r)
     return {
         "n": n,
-        "accuracy": int((r_c > r_r).sum()) / n,  # as train_rm.evaluate counts: a tie is wrong
+        "accuracy": int(ranked_right(r_c, r_r).sum()) / n,  # a tie is wrong
         "ties": int((r_c == r_r).sum()),
         "longer_wins": heuristics.longer_wins,  # data/pairs.py's, in tokens, a tie half
         "shorter_wins": heuristics.shorter_wins,

@@ -1,7 +1,7 @@
 """A user's mistake is one line on stderr naming the file or option and what to do,
 exit status 2, no traceback; and nothing is lost: a refused run leaves the earlier run's files
 byte for byte. The entry points run as a user runs them (a subprocess in the project root)
-where the wiring matters, and through cli.run in-process where only the message does."""
+where the wiring matters, and through data.run in-process where only the message does."""
 
 import os
 import subprocess
