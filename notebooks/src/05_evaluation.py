@@ -11,7 +11,7 @@
 # * `ece`, how well `sigmoid(r_chosen - r_rejected)` works as a probability;
 #
 # and draws the histograms, the reward against length, and a reliability diagram. Here we
-# 1. train a small reward model from scratch on HH-RLHF's helpful-base pairs (half a minute),
+# 1. train a small reward model from scratch on HH-RLHF's helpful-base pairs (about a minute),
 # 2. evaluate it on its held-out pairs, on the *harmless* subset it never saw, and on a length
 #    trap built from its own pairs,
 # 3. read the plots.
@@ -136,8 +136,13 @@ display(Image(os.path.join(out, "reward_length.png")))
 
 # %% [markdown]
 # **Reliability.** Each pair is counted in both orders, so the diagram asks: of the pairs the
-# model gives 70%, is the first response preferred 70% of the time? The points lie near the
-# diagonal only around 0.5: the model is rarely sure, and ECE sums the gaps.
+# model gives 70%, is the first response preferred 70% of the time? ECE is the mean distance of
+# the points from the diagonal, each bin weighted by its share of the pairs (a weighted mean
+# of the gaps, not their sum). The diagram pools **every set evaluated above** (the held-out
+# pairs, harmless-base where it is present, and the length trap), so it is no one set's
+# calibration: a set the model gets backwards pulls the pooled points below the diagonal
+# where another's would sit on it. Each set's own ECE is the `ece` column of the table. The
+# pooled points lie near the diagonal only around 0.5: the model is rarely sure.
 
 # %%
 display(Image(os.path.join(out, "reliability.png")))

@@ -394,7 +394,7 @@ assert r_c.grad.item() > 0
 # trained on HH-RLHF preferences (bench/recipes/hh_smollm2.sh), a general "which answer do
 # people prefer" model that was never shown a math answer checked.
 #
-# `bench/best_of_n.py` sampled K = 16 answers to each of 48 questions and stored both rewards
+# `bench/best_of_n.py` sampled K = 16 answers to each of 40 questions and stored both rewards
 # of each (`bench/best_of_n.json`; about 20 minutes on a 2-core CPU). From K samples we get
 # best-of-N for every N <= K without sampling again: sort a question's answers by proxy score;
 # the answer at rank j (1 = lowest) is the best of a random N-subset with probability
