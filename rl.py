@@ -2,10 +2,11 @@
 The reward model in use: PPO against a learned reward, GRPO against a verifier, on the built-in
 arithmetic questions, on a laptop CPU.
 
-    python rl.py                                             # PPO against the proxy, ~5 min
+    python rl.py                                             # PPO against the proxy, ~4 min
     python rl.py --algo grpo --reward verifier               # GRPO against the verifier
     python rl.py --algo ppo --reward proxy --kl_coef 0.1 --max_steps 150 --out_dir out/rl --seed 1
-    python rl.py --proxy_pairs 2000                          # a proxy trained on more pairs
+    python rl.py --proxy_pairs 1000                          # a proxy trained on fewer pairs
+    bash bench/rl/run.sh                                     # the runs of bench/rl/README.md
 
 The pieces, in the order a step runs them:
   0. once, cached in --cache_dir: a policy taught to answer by SFT on the data's right answers
@@ -71,9 +72,9 @@ def parse_args(argv=None):
         default="",
         help="where the SFT policy and the proxy are kept (default out_dir)",
     )
-    a("--batch_size", type=int, default=64, help="answers sampled per step")
+    a("--batch_size", type=int, default=128, help="answers sampled per step")
     a("--group", type=int, default=8, help="GRPO: answers per question")
-    a("--lr", type=float, default=1e-3, help="policy learning rate (AdamW)")
+    a("--lr", type=float, default=1e-4, help="policy learning rate (AdamW)")
     a("--critic_lr", type=float, default=1e-3)
     a("--ppo_epochs", type=int, default=2, help="passes over each rollout batch")
     a("--minibatches", type=int, default=2, help="updates per pass")
@@ -82,9 +83,9 @@ def parse_args(argv=None):
     a("--lam", type=float, default=0.95)
     a("--max_new_tokens", type=int, default=16)
     a("--temperature", type=float, default=1.0)
-    a("--sft_steps", type=int, default=300, help="steps of SFT on the right answers (cached)")
-    a("--proxy_pairs", type=int, default=300, help="training pairs the proxy sees (cached)")
-    a("--proxy_iters", type=int, default=300, help="train_rm.py --max_iters for the proxy")
+    a("--sft_steps", type=int, default=400, help="steps of SFT on the right answers (cached)")
+    a("--proxy_pairs", type=int, default=5000, help="training pairs the proxy sees (cached)")
+    a("--proxy_iters", type=int, default=1000, help="train_rm.py --max_iters for the proxy")
     args = p.parse_args(argv)
     args.cache_dir = args.cache_dir or args.out_dir
     return args
@@ -159,9 +160,9 @@ def sft_policy(train, meta, config, args):
 def proxy_reward_model(data_dir, args):
     """The learned reward: `python train_rm.py` (its default nano shape and LM term) on the
     first --proxy_pairs training pairs, evaluated on all of val. Kept in cache_dir."""
-    from nanorm.ckpt import load_reward_model  # ckpt.pt: read where a file is
+    from nanorm.checkpoints import load_reward_model  # ckpt.pt: read where a file is
 
-    out = os.path.join(args.cache_dir, f"proxy{args.proxy_pairs}")
+    out = os.path.join(args.cache_dir, f"proxy{args.proxy_pairs}_{args.proxy_iters}")
     ckpt = os.path.join(out, "ckpt.pt")
     if not os.path.exists(ckpt):
         pairs = os.path.join(args.cache_dir, f"pairs{args.proxy_pairs}")
@@ -173,7 +174,7 @@ def proxy_reward_model(data_dir, args):
         cmd += ["--warmup", "20", "--dtype", "float32", "--device", "cpu"]
         print(" ".join(cmd[1:]))
         subprocess.run(cmd, check=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
-    return load_reward_model(ckpt).eval()
+    return load_reward_model(ckpt)[0].eval()
 
 
 def subset_of(data_dir, out, n):
@@ -266,9 +267,8 @@ def whiten(x, mask, eps=1e-8):
 def main(argv=None):
     args = parse_args(argv)
     os.makedirs(args.out_dir, exist_ok=True)
-    torch.set_num_threads(
-        1
-    )  # a 0.2M-parameter model: one thread is as fast, and never waits on a busy core
+    # a 0.2M-parameter model: one thread is as fast as two, and never waits on a busy core
+    torch.set_num_threads(1)
     data_dir, train, _, meta, tok = arith()
     pad_id, eos_id = meta["pad_id"], meta["eos_id"]
     t_setup = time.time()
@@ -367,7 +367,8 @@ def main(argv=None):
         {"config": asdict(policy.config), "model": policy.state_dict()},
         os.path.join(args.out_dir, "policy.pt"),
     )
-    plot(rows, os.path.join(args.out_dir, "rl.png"), title=" ".join(sys.argv[1:] or ["defaults"]))
+    title = " ".join(sys.argv[1:] if argv is None else argv) or "defaults"
+    plot(rows, os.path.join(args.out_dir, "rl.png"), title=title)
     print(f"done in {time.time() - t0:.0f}s; wrote {log_path}, rl.png, policy.pt")
     return rows
 
