@@ -87,10 +87,12 @@ def bf16_pays_on_cpu(config):
     that grows with the matrices' size while the products grow with its cube: at small widths
     the conversions and oneDNN's per-call overhead outweigh the faster products. The width
     decides (bench/bench_dtype.py's training-step table, bench/README.md: measured on an AMD
-    EPYC Zen 4, where bf16 starts to pay between dim 64 and 128 and pays 1.5x or more from 512;
-    an Intel Xeon with AMX was 2.3x slower in bf16 at 64 and 2.1x faster at 576). The bar sits
-    where both CPUs gain clearly, so that the small models (the default run, the notebooks')
-    compute, and print, the same in fp32 on either."""
+    EPYC Zen 4, train_rm.py's runs lose in bf16 at dim 64 and 128 and are about even at 288,
+    and a training step gains 1.5x or more from 512;
+    an Intel Xeon with AMX ran the default run 2.3x slower in bf16 at 64, and SmolLM2 (576)
+    2.1x faster forward, 1.08x training its top 2 layers). The bar sits where both CPUs gain,
+    so that the small models (the default run, the notebooks') compute, and print, the same in
+    fp32 on either."""
     return config.dim >= BF16_MIN_DIM and config.hidden_dim >= BF16_MIN_DIM
 
 
