@@ -30,7 +30,7 @@ from data.rows import read_pairs
 from data.tokenizer import load_tokenizer
 from model import ModelConfig
 from reward import RewardModel, accuracy, last_real_index, pairwise_loss, score_last_token
-from nanorm.ckpt import load_reward_model
+from nanorm.checkpoints import load_reward_model
 
 plt.rcParams.update({"figure.dpi": 72, "savefig.dpi": 72, "font.size": 9})
 torch.manual_seed(0)
@@ -257,7 +257,7 @@ fig.tight_layout()
 # holds). We score all held-out pairs with `forward_pair` (one backbone call for both halves).
 
 # %%
-model = load_reward_model(os.path.join(out_dir, "ckpt.pt"))
+model, _ = load_reward_model(os.path.join(out_dir, "ckpt.pt"))
 r_c, r_r = [], []
 with torch.no_grad():
     for i in range(0, len(val), 100):

@@ -29,7 +29,7 @@ from data.arith.prepare import built_in
 from data.pairs import PairDataset
 from data.tokenizer import load_tokenizer
 from reward import accuracy
-from nanorm.ckpt import load_reward_model
+from nanorm.checkpoints import load_reward_model
 from verifiable import (
     answers_match,
     extract_answer,
@@ -282,7 +282,7 @@ args = ["--dataset", "arith", "--out_dir", out_dir, "--model", "nano", "--lm_coe
 backend = plt.get_backend()
 train_rm.main(args)
 plt.switch_backend(backend)  # train_rm set matplotlib to Agg to write its PNGs; undo that
-model = load_reward_model(os.path.join(out_dir, "ckpt.pt"))
+model, _ = load_reward_model(os.path.join(out_dir, "ckpt.pt"))
 
 # %% [markdown]
 # Now score every held-out response both ways. The verifier needs the gold answer, which we

@@ -43,7 +43,7 @@ print("stories260K:", STORIES if HAVE_STORIES else "not found; a random backbone
 
 # %% tags=["shared-data"]
 if HAVE_STORIES:
-    rm = RewardModel.from_backbone_checkpoint(os.path.join(STORIES, "stories260K.bin"))
+    rm = RewardModel(pretrained=os.path.join(STORIES, "stories260K.bin"))
     tok = load_tokenizer(os.path.join(STORIES, "tok512.bin"))
     encode, decode = tok.encode, tok.decode
 else:
