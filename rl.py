@@ -308,7 +308,8 @@ def main(argv=None):
         # 2. score: the proxy at the last token, the gold by the verifier; old log-probs
         with torch.no_grad():
             proxy_score = proxy(seq, mask)
-            gold = gold_rm(seq, mask, response_start=P, response_end=last, gt_answer=answers)
+            first = torch.full_like(last, P)  # (B,) ColossalChat's contract: values per row
+            gold = gold_rm(seq, mask, response_start=first, response_end=last, gt_answer=answers)
             old_logp = token_logprobs(policy, seq, mask, P)
             ref_logp = token_logprobs(reference, seq, mask, P)
         score = proxy_score if args.reward == "proxy" else gold
