@@ -21,7 +21,8 @@ where value j < 16 is the low nibble of byte j and value j + 16 its high nibble.
 A file is untrusted until checked: every count, length, type, dimension and offset it claims is
 checked against its size before anything is allocated or looped over (as llama.cpp's gguf.cpp
 does), and the llama.* sizes a model is built from against the tensors present, so a damaged or
-hostile file of a few KB is a ValueError naming the file and the field, never gigabytes.
+hostile file of a few KB is a UsageError (a ValueError) naming the file and the field, one line
+from every entry point, never gigabytes.
 
 The module is named gguf_reader, not gguf, so that it does not shadow the `gguf` package that
 transformers imports to read the same files (tests compare against it in one process).
@@ -44,6 +45,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+from data import UsageError
 
 # ggml type id -> (name, values per block, bytes per block), from gguf-py's GGML_QUANT_SIZES
 GGML_TYPES = {
@@ -199,16 +202,16 @@ def _parse(path, with_tensors):
     path = str(path)
     size = os.path.getsize(path)
     if size < 24:  # magic, version and the two counts
-        raise ValueError(f"{path}: {size} bytes is too short for a GGUF header")
+        raise UsageError(f"{path}: {size} bytes is too short for a GGUF header")
     data = np.memmap(path, dtype=np.uint8, mode="r")
     cur = _Cursor(memoryview(data))
     magic = bytes(data[:4])
     if magic != b"GGUF":
-        raise ValueError(f"{path}: not a GGUF file (magic {magic!r}, expected b'GGUF')")
+        raise UsageError(f"{path}: not a GGUF file (magic {magic!r}, expected b'GGUF')")
     cur.pos = 4
     version = cur.unpack("I")
     if version not in (2, 3):
-        raise ValueError(
+        raise UsageError(
             f"{path}: GGUF version {version} is not supported (2 and 3 are; 1 is from 2023 and "
             f"a huge number means a big-endian file)"
         )
@@ -216,7 +219,7 @@ def _parse(path, with_tensors):
     # the fewest bytes an entry takes: a key/value 8 + 4 + 1, a tensor 8 + 4 + 8 + 4 + 8
     for count, name, least in ((n_kv, "n_kv", 13), (n_tensors, "n_tensors", 32)):
         if count * least > size - 24:
-            raise ValueError(
+            raise UsageError(
                 f"{path}: header field {name} claims {count:,} entries, more than the file's "
                 f"{size:,} bytes can hold"
             )
@@ -248,22 +251,22 @@ def _parse(path, with_tensors):
             tensors[name] = TensorInfo(name, dims, ggml_type, offset)
             _check_tensor(tensors[name], size)
     except IndexError:
-        raise ValueError(f"{path}: truncated: {field} runs past the end of the file") from None
+        raise UsageError(f"{path}: truncated: {field} runs past the end of the file") from None
     except _Bad as e:
-        raise ValueError(f"{path}: {field}: {e}") from None
+        raise UsageError(f"{path}: {field}: {e}") from None
     align = metadata.get("general.alignment", 32)
     if type(align) is not int or align < 1 or align & (align - 1):
-        raise ValueError(f"{path}: general.alignment is {align!r}; it must be a power of two")
+        raise UsageError(f"{path}: general.alignment is {align!r}; it must be a power of two")
     data_offset = -(-cur.pos // align) * align
     for t in tensors.values():
         if t.offset % align:
-            raise ValueError(
+            raise UsageError(
                 f"{path}: tensor {t.name}: offset {t.offset} is not a multiple of the "
                 f"alignment {align}"
             )
         t.offset += data_offset
         if t.offset + t.nbytes > size:
-            raise ValueError(
+            raise UsageError(
                 f"{path}: truncated: tensor {t.name} ends at byte {t.offset + t.nbytes:,}, "
                 f"past the end of the file ({size:,} bytes)"
             )
@@ -341,7 +344,7 @@ def read_tensor(gguf, name):
     """One tensor of a read_gguf result as float32 numpy, dequantized."""
     t = gguf.tensors[name]
     if t.type not in (0, 1, 30, 8, 2, 3):
-        raise ValueError(
+        raise UsageError(
             f"{gguf.path}: tensor {name} has type {type_name(t.type)}, which nanoRM cannot "
             f"dequantize (F32, F16, BF16, Q8_0, Q4_0 and Q4_1 only)"
         )
@@ -388,12 +391,12 @@ def load_gguf_checkpoint(path):
     md = g.metadata
     arch = md.get("general.architecture")
     if arch != "llama":
-        raise ValueError(
+        raise UsageError(
             f"{path}: architecture {reprlib.repr(arch)}; only 'llama' GGUF files are supported"
         )
     scaling = md.get("llama.rope.scaling.type", "none")
     if scaling != "none" or "rope_freqs.weight" in g.tensors:
-        raise ValueError(
+        raise UsageError(
             f"{path}: RoPE scaling ({reprlib.repr(scaling)}, or a rope_freqs.weight table) is not "
             "supported"
         )
@@ -401,7 +404,7 @@ def load_gguf_checkpoint(path):
     for name in g.tensors:
         key = _meta_name(name)
         if key is None:
-            raise ValueError(f"{path}: tensor {name} has no place in a plain LLaMA")
+            raise UsageError(f"{path}: tensor {name} has no place in a plain LLaMA")
         names[name] = key
     kw = _llama_config(path, md, g.tensors)
     for name, t in g.tensors.items():  # refuse before spending seconds dequantizing the rest
@@ -430,35 +433,35 @@ def _llama_config(path, md, tensors):
 
     def get(key, default=None):
         if f"llama.{key}" not in md and default is None:
-            raise ValueError(f"{path}: metadata key llama.{key} is missing")
+            raise UsageError(f"{path}: metadata key llama.{key} is missing")
         value = md.get(f"llama.{key}", default)
         if key in LIMITS and (type(value) is not int or not 1 <= value <= LIMITS[key]):
-            raise ValueError(
+            raise UsageError(
                 f"{path}: llama.{key} is {reprlib.repr(value)}; expected an integer from 1 to "
                 f"{LIMITS[key]:,}"
             )
         if key not in LIMITS and not (type(value) in (int, float) and 0 < value < math.inf):
-            raise ValueError(f"{path}: llama.{key} is {reprlib.repr(value)}; expected a number > 0")
+            raise UsageError(f"{path}: llama.{key} is {reprlib.repr(value)}; expected a number > 0")
         return value
 
     dim, n_heads = get("embedding_length"), get("attention.head_count")
     n_kv_heads = get("attention.head_count_kv", n_heads)
     if dim % n_heads or n_heads % n_kv_heads:
-        raise ValueError(
+        raise UsageError(
             f"{path}: llama.attention.head_count {n_heads} must divide llama.embedding_length "
             f"{dim}, and llama.attention.head_count_kv {n_kv_heads} must divide it"
         )
     head_dim = dim // n_heads
     for key in ("rope.dimension_count", "attention.key_length", "attention.value_length"):
         if md.get(f"llama.{key}", head_dim) != head_dim:
-            raise ValueError(
+            raise UsageError(
                 f"{path}: llama.{key} is {reprlib.repr(md[f'llama.{key}'])}, but nanoRM's LLaMA "
                 f"needs dim / n_heads = {head_dim} (full-width RoPE, no separate head size)"
             )
     n_layers, hidden = get("block_count"), get("feed_forward_length")
     layers = {n.split(".")[1] for n in tensors if n.startswith("blk.")}
     if layers != {str(i) for i in range(n_layers)}:
-        raise ValueError(
+        raise UsageError(
             f"{path}: llama.block_count is {n_layers}, but the file holds {len(layers)} layers "
             f"({', '.join(sorted(layers)[:3])}{', ...' if len(layers) > 3 else ''})"
         )
@@ -466,7 +469,7 @@ def _llama_config(path, md, tensors):
     vocab = embd.shape[0] if embd is not None else 0
     tokens = md.get("tokenizer.ggml.tokens")
     if isinstance(tokens, list) and embd is not None and len(tokens) != vocab:
-        raise ValueError(
+        raise UsageError(
             f"{path}: tokenizer.ggml.tokens holds {len(tokens):,} tokens, but token_embd.weight "
             f"has {vocab:,} rows"
         )
@@ -494,9 +497,9 @@ def _llama_config(path, md, tensors):
     for name, (shape, keys) in expected.items():
         t = tensors.get(f"{name}.weight")
         if t is None and name != "output":  # output is absent when tied to token_embd
-            raise ValueError(f"{path}: tensor {name}.weight is missing")
+            raise UsageError(f"{path}: tensor {name}.weight is missing")
         if t is not None and t.shape != shape:
-            raise ValueError(
+            raise UsageError(
                 f"{path}: tensor {name}.weight has shape {t.shape}, but {keys} make it {shape}"
             )
     return dict(

@@ -166,13 +166,12 @@ def smol():
         pytest.skip(f"{SMOL} absent: this test needs the shared SmolLM2 GGUF file")
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("gguf", reason="transformers reads GGUF through the gguf package")
-    from model import ModelConfig
-    from nanorm.checkpoints import transformer_from_state_dict
+    from nanorm.checkpoints import load_transformer
 
     t0 = time.perf_counter()
-    kw, sd = gguf_reader.load_gguf_checkpoint(SMOL)
+    kw, _ = gguf_reader.load_gguf_checkpoint(SMOL)
     load_s = time.perf_counter() - t0
-    ours = transformer_from_state_dict(ModelConfig(**kw), sd, SMOL)  # load_transformer's build
+    ours = load_transformer(str(SMOL))  # what --init does with the file
     d, name = str(SMOL.parent), SMOL.name
     hf = transformers.AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32)
     tok = transformers.AutoTokenizer.from_pretrained(d, gguf_file=name)

@@ -7,11 +7,13 @@ import json
 import os
 import random
 import struct
+import subprocess
+import sys
 import tracemalloc
 from types import SimpleNamespace
 
 import pytest
-from conftest import shared_path
+from conftest import ROOT, shared_path
 
 import nanorm.gguf_reader as gguf_reader
 from data import UsageError
@@ -373,3 +375,41 @@ def test_gguf_metadata_a_loader_trusts_is_checked(tmp_path, what):
     with pytest.raises(ValueError, match=rf"x\.gguf: .*{field}") as e:
         gguf_reader.load_gguf_checkpoint(path)
     assert "\n" not in str(e.value)
+
+
+def test_every_entry_point_says_it_in_one_line(tmp_path):
+    """The same hostile files through the commands a user runs: one line on stderr, exit 2."""
+    from data.arith.prepare import main as prepare_arith
+
+    prepare_arith(["--out_dir", str(tmp_path / "arith"), "--n_train", "32", "--n_val", "8"])
+    src = write_rows(tmp_path / "prefs.jsonl", DEEP_LIST)
+    rand = tmp_path / "r.model"
+    rand.write_bytes(random.Random(0).randbytes(2000))
+    ok = tiny_llama(tmp_path / "ok.gguf")
+    heads = tiny_llama(tmp_path / "heads.gguf", **{"llama.attention.head_count": ("u32", 0)})
+    align = tmp_path / "align.gguf"
+    align.write_bytes(HOSTILE_GGUF["alignment 0"][0])
+    not_tok = f"{rand}: not a readable tokenizer: "
+    cases = [
+        (
+            ["data/prepare.py", "--src", src, "--out_dir", tmp_path / "d", "--tokenizer", rand],
+            not_tok,
+        ),
+        (["-m", "nanorm.score", "--ckpt", ok, "--tokenizer", rand, "--response", "hi"], not_tok),
+        (["-m", "nanorm.score", "--ckpt", align, "--response", "hi"], "general.alignment is 0"),
+        (
+            ["eval_rm.py", "--ckpt", heads, "--data", src, "--out", tmp_path / "e"],
+            "head_count is 0",
+        ),
+        (
+            ["train_rm.py", "--init", heads, "--dataset", tmp_path / "arith"]
+            + ["--out_dir", tmp_path / "t", "--max_iters", "1"],
+            "head_count is 0",
+        ),
+    ]
+    for args, says in cases:
+        p = subprocess.run(
+            [sys.executable, *map(str, args)], cwd=ROOT, capture_output=True, text=True, timeout=300
+        )
+        assert p.returncode == 2 and p.stderr.count("\n") == 1, (args, p.stderr[-2000:])
+        assert says in p.stderr, (args, p.stderr)
