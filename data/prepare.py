@@ -132,11 +132,11 @@ def drop_duplicates(subsets):
                 kept.append(p)
         subsets[name] = kept
     if copies:
+        (where, original), n = copies[0], len(copies)
         print(
-            f"{len(copies)} pairs are copies of an earlier one (same prompt, chosen, rejected); ",
-            end="",
+            f"{n} pairs are copies of an earlier one (same prompt, chosen and rejected), left out:"
         )
-        print(f"kept the first copy of each, e.g. {copies[0][0]} is {copies[0][1]}")
+        print(f"  e.g. {where} repeats {original}")
     for name in [n for n, pairs in subsets.items() if not pairs]:
         print(f"{name}: every pair is a copy of one in an earlier subset; left out")
         del subsets[name]

@@ -212,7 +212,7 @@ def test_a_pair_given_twice_is_never_both_held_out_and_trained_on(tmp_path, caps
     meta = prepare_any(["--src", *src, "--tokenizer", str(tok), "--out_dir", str(out)])
     said = capsys.readouterr().out
     assert meta["duplicates"] == 42 and "42 pairs are copies of an earlier one" in said
-    assert f"e.g. {tmp_path / 'a.jsonl'}:21 is {tmp_path / 'a.jsonl'}:1" in said
+    assert f"e.g. {tmp_path / 'a.jsonl'}:21 repeats {tmp_path / 'a.jsonl'}:1" in said
     a, b = meta["subsets"]["a"], meta["subsets"]["b"]
     assert (a["n_train"] + a["n_val"], b["n_train"] + b["n_val"]) == (20, 1)
     train, val = pair_tokens(out / "train.npz"), pair_tokens(out / "val.npz")
