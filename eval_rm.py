@@ -49,6 +49,7 @@ from nanorm.checkpoints import load_reward_model
 from nanorm.ckpt import checkpoint_tokenizer
 from nanorm.cli import boolean, check_device
 from nanorm.report import Scored, best_of_n, response_lengths, write_served_report
+from nanorm.runtime import auto_dtype, dtype_context
 from reward import LogSigLoss, ranked_right
 
 
@@ -193,10 +194,12 @@ def fit_calibration(rm, data, pad_id, batch_size, n_pairs=None, **scoring):
     return calibrate.fit_length(rewards, response_lengths(data, n))
 
 
-def score(rm, source, batch_size):
-    """{subset name: Scored} for a Source, the rewards from evaluate."""
+def score(rm, source, batch_size, ctx=None):
+    """{subset name: Scored} for a Source, the rewards from evaluate (ctx: its autocast)."""
     n = len(source.names)
-    _, rewards = evaluate(rm, source.data, source.pad_id, batch_size, n, return_rewards=True)
+    _, rewards = evaluate(
+        rm, source.data, source.pad_id, batch_size, n, return_rewards=True, ctx=ctx
+    )
     lengths = response_lengths(source.data, n)
     out = {}
     for name in dict.fromkeys(source.names):  # in order of first appearance
@@ -252,6 +255,11 @@ def main(argv=None):
         p.error(f"{args.ckpt}: not a reward model or backbone checkpoint ({e})")
     rm = rm.to(args.device).eval()
     info["max_len"] = rm.backbone.config.max_seq_len
+    # the dtype training evaluated in (its --dtype, auto's rule on the model's shape), so a
+    # checkpoint's held-out accuracy is the one its training printed, to the last digit
+    dtype = (info.get("record") or {}).get("train_config", {}).get("dtype", "auto")
+    dtype = auto_dtype(args.device, rm.backbone.config) if dtype == "auto" else dtype
+    ctx = dtype_context(args.device, dtype)
     if info["head"] == "random":
         print(
             f"note: {args.ckpt} is a backbone without a reward head: the head is random, "
@@ -268,7 +276,7 @@ def main(argv=None):
         try:
             d, meta, (data,) = open_dataset(dataset, "train")
             print(f"fitting the length calibration on the training pairs of {d}")
-            cal = fit_calibration(rm, data, meta["pad_id"], batch_size, args.max_pairs)
+            cal = fit_calibration(rm, data, meta["pad_id"], batch_size, args.max_pairs, ctx=ctx)
         except (OSError, ValueError, KeyError) as e:
             p.error(f"--calibration_data {dataset}: {e}")
     if cal is not None:
@@ -300,7 +308,7 @@ def main(argv=None):
         vocab = rm.backbone.config.vocab_size
         if int(source.data.tokens.max(initial=0)) >= vocab:
             p.error(f"{spec}: token ids reach past the model's vocabulary of {vocab}")
-        for name, scored in score(rm, source, batch_size).items():
+        for name, scored in score(rm, source, batch_size, ctx).items():
             key = name if name not in per_subset else f"{os.path.basename(path)}:{name}"
             per_subset[key] = scored
         print(f"{spec}: {kind}, {len(source.names)} pairs")

@@ -34,6 +34,7 @@ from the prepare script; the cache is built by rank 0 alone.
 
 import math
 import os
+import socket
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, is_dataclass, replace
 from functools import lru_cache
@@ -70,6 +71,7 @@ from nanorm.runtime import (
     plot_log,
     setup_processes,
     start_log,
+    with_dtype,
 )
 from reward import LOSSES, LMRegularizedRewardModel, LogSigLoss, PairwiseLoss, RewardModel, accuracy
 
@@ -80,6 +82,14 @@ from reward import LOSSES, LMRegularizedRewardModel, LogSigLoss, PairwiseLoss, R
 # verifiable.py).
 
 EVAL_SHOWN = ("loss", "acc", "margin")  # of evaluate's metrics, printed at each evaluation
+# the options that make a run what it is: --resume refuses to change them (--max_iters, the
+# intervals and the device may change)
+RESUME_SAME = (
+    "dataset", "init", "model", "max_seq_len", "dropout", "loss", "margin", "center_coef",
+    "lm_coef", "batch_size", "grad_accum", "lr", "min_lr", "warmup", "weight_decay", "grad_clip",
+    "seed", "balance", "bucket", "train_layers", "length_head", "length_coef", "subset_experts",
+    "gate_coef", "head_lr", "lora_rank", "lora_alpha", "epochs",
+)  # fmt: skip
 
 # model shapes for --init scratch (a loaded checkpoint brings its own shape)
 MODELS = {
@@ -118,7 +128,8 @@ class TrainConfig:
     device: str = opt("auto", "auto, cpu, cuda, cuda:1, mps (checked by cli.check_device)")
     dtype: str = opt(
         "auto",
-        "auto: bf16 where the hardware multiplies it natively (CUDA, AVX512-BF16/AMX CPUs)",
+        "auto: bf16 where it pays: CUDA, or a CPU with native bf16 (AVX512-BF16/AMX) for models "
+        "512 wide or more (runtime.auto_dtype); else fp32",
         one_of("auto", "float32", "bfloat16"),
     )
     compile: bool = opt(False, "torch.compile the training step (faster on GPU, slow to start)")
@@ -597,7 +608,17 @@ class RewardModelTrainer:
     def save(self, path):
         """The model, optimizer, scheduler and step, written atomically by rank 0 (under FSDP
         every rank gathers the state; with LoRA the adapters are folded into the weights, so
-        the checkpoint has the base model's keys)."""
+        the checkpoint has the base model's keys). Never non-finite weights: the run stops,
+        and the file keeps the last finite ones."""
+        local = [getattr(p, "_local_tensor", p).detach() for p in self.model.parameters()]
+        bad = sum(int(not torch.isfinite(p).all()) for p in local)
+        if all_reduce_sum(dict(bad=bad), self.proc.world, self.proc.device)["bad"]:
+            kept = (
+                f"{path} keeps the last finite weights" if os.path.exists(path) else "nothing saved"
+            )
+            raise FloatingPointError(
+                f"the weights are not finite at step {self.step}: stopping; {kept}"
+            )
         full = {}
         if self.fsdp:
             from nanorm.fsdp import full_state  # --fsdp
@@ -744,12 +765,64 @@ def main(argv=None):
     cfg = parse_args(argv)
     proc = setup_processes(cfg)
     check_out_dir(cfg, proc)
+    lock = own_out_dir(cfg.out_dir) if proc.master else None
+    try:
+        return train(cfg, proc)
+    except FloatingPointError as e:  # a diverging run: one line, as every expected failure
+        raise Diverged(str(e)) from None
+    finally:
+        if lock is not None:
+            os.remove(lock)
+
+
+class Diverged(UsageError, FloatingPointError):
+    """A run whose loss or weights stopped being finite: printed as one line by data.run."""
+
+
+def own_out_dir(out_dir):
+    """A run owns its --out_dir while it runs: out_dir/.lock holds its process id, and a second
+    run into the folder is refused in one line naming the first. A lock whose process is gone
+    (a run killed before it could remove it) is taken over. -> the lock's path."""
+    os.makedirs(out_dir, exist_ok=True)
+    path, me = os.path.join(out_dir, ".lock"), f"{os.getpid()} {socket.gethostname()}"
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            with open(path) as f:
+                pid, _, host = f.read().strip().partition(" ")
+            if not (host == socket.gethostname() and pid.isdigit() and not alive(int(pid))):
+                raise UsageError(
+                    f"{out_dir} is in use by another run (process {pid} on {host or '?'}): "
+                    "wait for it to end, or choose another --out_dir"
+                ) from None
+            os.remove(path)  # a run that was killed: its lock is stale
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(me + "\n")
+        return path
+    raise UsageError(f"{path}: could not take the lock of --out_dir {out_dir}")
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def train(cfg, proc):
+    """main's run, once the out_dir is this run's."""
     torch.manual_seed(cfg.seed)  # same initial weights on every rank
     meta, train, val = load_data(cfg, proc)
     steps_per_epoch = len(train) // (cfg.batch_size * cfg.grad_accum * proc.world)
     if cfg.epochs:  # each epoch is that many steps (the last partial batch is dropped)
         cfg = replace(cfg, max_iters=cfg.epochs * steps_per_epoch)
     rm = build_model(cfg, meta).to(proc.device)
+    proc = with_dtype(proc, cfg.dtype, rm.backbone.config)  # auto: bf16 only where it pays
     load_full_state = None  # how a sharded model takes a full state (--resume)
     if cfg.fsdp:  # before the optimizer, which must hold the shards
         from nanorm.fsdp import load_full_state, shard  # --fsdp
@@ -759,7 +832,8 @@ def main(argv=None):
     ckpt_path, log_path = (os.path.join(cfg.out_dir, f) for f in ("ckpt.pt", "log.jsonl"))
     step = 0
     if cfg.resume:  # under FSDP a full state, scattered into the shards
-        step = resume(ckpt_path, rm, optimizer, proc.device, meta, load_full_state)
+        same = {k: getattr(cfg, k) for k in RESUME_SAME}
+        step = resume(ckpt_path, rm, optimizer, proc.device, meta, load_full_state, same)
         if step > cfg.max_iters:
             raise UsageError(
                 f"{ckpt_path} is at step {step}, past --max_iters {cfg.max_iters}: "

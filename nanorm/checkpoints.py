@@ -85,11 +85,17 @@ def _load_torch(path, **kwargs):
         raise UsageError(f"{path} holds more than tensors and plain data: not loaded") from None
 
 
-def transformer_from_state_dict(cfg, sd, source):
-    """A Transformer of config cfg holding sd's tensors (Meta's names), checked against cfg;
-    source names the file in errors. Built on the meta device, then adopts the tensors
-    (assign=True): no second copy. An HF classifier's "score.weight" is left to the
-    caller (reward.py makes it the reward head); any other stray key is an error."""
+SIZES = ("dim", "n_layers", "n_heads", "vocab_size")  # what every file states or implies
+
+
+def transformer_from_state_dict(config, sd, source):
+    """A Transformer of config (ModelConfig keyword arguments) holding sd's tensors (Meta's
+    names), checked against it; source names the file in errors. What a file claims is
+    checked before anything is built (sizes, then the embeddings and the layers present), so a
+    few-KB file claiming a billion layers is refused, not allocated. Built on the meta device,
+    then adopts the tensors (assign=True): no second copy. An HF classifier's "score.weight" is
+    left to the caller (reward.py makes it the reward head); any other stray key is an error."""
+    cfg = checked_config(config, sd, source)
     with torch.device("meta"):
         model = Transformer(cfg)
     sd = {k: v for k, v in sd.items() if k != "score.weight"}
@@ -112,6 +118,42 @@ def transformer_from_state_dict(cfg, sd, source):
         model.output.weight = model.tok_embeddings.weight
     model.inv_freq = rope_frequencies(cfg)  # buffers on meta are empty: compute them
     return model.eval()
+
+
+def checked_config(config, sd, source):
+    """ModelConfig(**config) once its sizes are positive integers that fit each other and the
+    tensors in sd: the token embeddings (vocab_size, dim) and n_layers layers present (sd None:
+    the sizes alone)."""
+    if not isinstance(config, dict):
+        raise ValueError(f"{source}: its config is a {type(config).__name__}, not a dict")
+    for key in (*SIZES, "n_kv_heads", "hidden_dim", "max_seq_len"):
+        value = config.get(key)
+        if value is None and key not in SIZES:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{source}: {key} must be a positive integer, got {value!r}")
+    dim, n_heads = config["dim"], config["n_heads"]
+    n_kv_heads = config.get("n_kv_heads") or n_heads
+    if dim % n_heads or n_heads % n_kv_heads:
+        raise ValueError(
+            f"{source}: dim {dim}, n_heads {n_heads}, n_kv_heads {n_kv_heads} do not fit"
+        )
+    if sd is None:  # the sizes alone, before any tensor is read
+        return ModelConfig(**config)
+    emb = sd.get("tok_embeddings.weight")
+    want = (config["vocab_size"], dim)
+    if emb is None or tuple(emb.shape) != want:
+        found = "none" if emb is None else tuple(emb.shape)
+        raise ValueError(f"{source}: token embeddings {found}, the config claims {want}")
+    layers = {k.split(".")[1] for k in sd if k.startswith("layers.")}
+    if len(layers) != config["n_layers"]:
+        raise ValueError(
+            f"{source}: the config claims {config['n_layers']} layers, the file holds {len(layers)}"
+        )
+    try:
+        return ModelConfig(**config)
+    except (TypeError, AssertionError) as e:
+        raise ValueError(f"{source}: not a LLaMA config ({e})") from None
 
 
 def read_checkpoint(path):
@@ -170,6 +212,8 @@ def read_llama2c(path):
     with open(path, "rb") as f:
         header = struct.unpack("7i", f.read(28))
     dim, hidden, L, n_heads, n_kv, vocab, seq_len = header
+    if min(dim, hidden, L, n_heads, n_kv, seq_len) <= 0 or vocab == 0 or dim % n_heads:
+        raise ValueError(f"{path}: its header {header} is not a llama2.c model's (sizes > 0)")
     shared = vocab > 0  # a negative vocab_size means an untied classifier follows
     V, head_dim = abs(vocab), dim // n_heads
     kv_dim = n_kv * head_dim
@@ -277,7 +321,18 @@ def read_hf(directory, dtype=torch.float32):
     """A local Hugging Face Llama directory: config.json + safetensors or pytorch_model*.bin.
     A LlamaForSequenceClassification's head comes back as sd["score.weight"] (1, dim), for a
     reward model to adopt; the model builder ignores it."""
-    config = config_from_hf(_read_json(os.path.join(directory, "config.json")))
+    path = os.path.join(directory, "config.json")
+    hf = _read_json(path)
+    if not isinstance(hf, dict):
+        raise ValueError(f"{path}: a JSON {type(hf).__name__}, not a config object")
+    try:
+        config = config_from_hf(hf)
+    except KeyError as e:
+        raise ValueError(f"{path}: no {e.args[0]!r}, which a LLaMA config has") from None
+    except (TypeError, ZeroDivisionError):
+        raise ValueError(
+            f"{path}: hidden_size and num_attention_heads must be positive integers"
+        ) from None
     n_heads, n_kv_heads = config["n_heads"], config["n_kv_heads"]
     head_dim = config["dim"] // n_heads
     sd = {}
@@ -297,6 +352,7 @@ def read_hf(directory, dtype=torch.float32):
     if "score.weight" in sd and not config["tie_embeddings"] and "output.weight" not in sd:
         # a *ForSequenceClassification checkpoint has a score head and no lm_head: load its
         # backbone with a zero LM head, which reward heads never read
+        checked_config(config, sd, directory)  # its sizes, before (vocab, dim) is allocated
         sd["output.weight"] = torch.zeros(config["vocab_size"], config["dim"], dtype=dtype)
     return config, sd
 
@@ -359,10 +415,9 @@ def _iter_hf_tensors(directory):
         raise FileNotFoundError(f"{directory}: no *.safetensors or pytorch_model*.bin weights")
     for fname in files:
         path = os.path.join(directory, fname)
-        try:
-            sd = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
-        except RuntimeError as e:
-            raise ValueError(f"{path}: unreadable torch checkpoint ({e})") from None
+        sd = load_torch(path, map_location="cpu", mmap=True)  # corrupt: one line naming it
+        if not isinstance(sd, dict) or not all(isinstance(t, torch.Tensor) for t in sd.values()):
+            raise ValueError(f"{path}: not a state dict (names -> tensors)")
         yield from sd.items()
 
 
@@ -452,10 +507,10 @@ def load_transformer(path):
     if is_ours(path):
         ckpt = load_checkpoint(path)
         backbone, _ = split_heads(ckpt["model"])
-        return transformer_from_state_dict(ModelConfig(**ckpt["config"]), backbone, path)
+        return transformer_from_state_dict(ckpt["config"], backbone, path)
     config, sd = read_checkpoint(path)
     sd.pop("score.weight", None)
-    return transformer_from_state_dict(ModelConfig(**config), sd, path)
+    return transformer_from_state_dict(config, sd, path)
 
 
 def pretrained_parts(cls, path):
@@ -471,14 +526,18 @@ def pretrained_parts(cls, path):
             f"{path} is not a local checkpoint, and nanoRM reads no hub: download it first "
             f"(huggingface-cli download {path} --local-dir DIR) and pass pretrained=DIR"
         )
+    try:
+        return _parts(cls, path)
+    except ValueError as e:  # the readers' "wrong format, truncated, shapes do not fit"
+        raise UsageError(str(e) if path in str(e) else f"{path}: {e}") from None
+
+
+def _parts(cls, path):
     if not is_ours(path):
-        try:
-            return _foreign_parts(path)
-        except ValueError as e:  # the readers' "wrong format, truncated, shapes do not fit"
-            raise UsageError(str(e) if path in str(e) else f"{path}: {e}") from None
+        return _foreign_parts(path)
     ckpt = load_checkpoint(path)
     backbone, heads = split_heads(ckpt["model"])
-    backbone = transformer_from_state_dict(ModelConfig(**ckpt["config"]), backbone, path)
+    backbone = transformer_from_state_dict(ckpt["config"], backbone, path)
     if ckpt["kind"] != cls.__name__:  # another kind: its scoring head alone
         heads = {k: v for k, v in heads.items() if k.startswith("head.")}
         if "head.weight" not in heads:
@@ -492,7 +551,7 @@ def _foreign_parts(path):
     """(the backbone, {"head.weight": an HF classifier's score} or {}) of a foreign checkpoint."""
     config, sd = read_checkpoint(path)
     score = sd.pop("score.weight", None)
-    backbone = transformer_from_state_dict(ModelConfig(**config), sd, path)
+    backbone = transformer_from_state_dict(config, sd, path)
     if score is None:
         return backbone, {}
     if tuple(score.shape) != (1, backbone.config.dim):
@@ -523,11 +582,15 @@ def load_reward_model(path):
     backbone, heads = split_heads(ckpt["model"])
     if drop:  # the heads that only training reads
         heads = {k: v for k, v in heads.items() if not k.startswith(drop)}
-    cls = kinds[kind]
-    model = cls(transformer_from_state_dict(ModelConfig(**ckpt["config"]), backbone, path))
-    if hasattr(model, "set_experts") and "gate.bias" in heads:
-        model.set_experts(len(heads["gate.bias"]))
-    check_heads(model, heads, path)
+    try:
+        model = kinds[kind](transformer_from_state_dict(ckpt["config"], backbone, path))
+        if hasattr(model, "set_experts") and "gate.bias" in heads:
+            model.set_experts(len(heads["gate.bias"]))
+        check_heads(model, heads, path)
+    except ValueError as e:  # sizes, shapes, heads that do not fit: one line
+        raise UsageError(str(e)) from None
+    if not all(torch.isfinite(p).all() for p in model.parameters()):
+        raise UsageError(f"{path}: its weights are not finite (a diverged run): not scored")
     return model.eval(), ckpt
 
 

@@ -137,12 +137,23 @@ def update_checkpoint(path, **keys):
         torch.save(ckpt, f)
 
 
-def resume(path, rm, optimizer, device, meta, load_full_state=None):
+def resume(path, rm, optimizer, device, meta, load_full_state=None, same=None):
     """Restore weights, optimizer and RNG from a checkpoint; returns its step. load_full_state:
-    how a sharded rm takes its shards of the full state (fsdp.load_full_state), read on the CPU."""
+    how a sharded rm takes its shards of the full state (fsdp.load_full_state), read on the CPU.
+    same: {option: value} that must equal the run's stored train_config (what the run is: its
+    data, batch, loss, learning rate, seed, model); each difference is named, in one line."""
     ckpt = load_checkpoint(path, map_location="cpu" if load_full_state else device)
     if not {"optimizer", "rng", "step"} <= ckpt.keys():
         raise UsageError(f"{path} holds no optimizer state: it cannot be resumed")
+    stored = ckpt.get("train_config") or {}
+    changed = [k for k, v in (same or {}).items() if k in stored and stored[k] != v]
+    if changed:
+        was = " ".join(f"--{k} {stored[k]}" for k in changed)
+        now = " ".join(f"--{k} {same[k]}" for k in changed)
+        raise UsageError(
+            f"--resume: {path} is a run with {was}, this one asks {now}: resume with its "
+            "options, or start afresh with --overwrite or another --out_dir"
+        )
     old = ckpt.get("data_meta") or {}
     for key in ("vocab_size", "tokenizer_fingerprint"):
         if old.get(key) is not None and meta.get(key) is not None and old[key] != meta[key]:

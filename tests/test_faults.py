@@ -1,0 +1,211 @@
+"""What nanoRM does under faults and hostile files: a resume that would change the run, or go
+backwards; two runs in one --out_dir; a run whose weights stop being finite; checkpoint files
+and directories that claim sizes they do not hold. Each is one line (data.UsageError, printed
+by data.run with exit status 2), fast, and nothing kept is lost."""
+
+import json
+import os
+import socket
+import struct
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from conftest import ROOT
+
+import train_rm
+from data import UsageError
+from data.arith.prepare import main as prepare_arith
+from nanorm.checkpoints import load_reward_model
+from reward import RewardModel
+
+
+@pytest.fixture(scope="module")
+def arith(tmp_path_factory):
+    d = tmp_path_factory.mktemp("arith")
+    prepare_arith(["--out_dir", str(d), "--n_train", "256", "--n_val", "32"])
+    return str(d)
+
+
+def run(arith, out, *args):
+    argv = ["--dataset", arith, "--out_dir", str(out), "--eval_pairs", "32", "--batch_size", "8"]
+    argv += ["--dtype", "float32", "--lm_coef", "0", "--log_interval", "1"]
+    return train_rm.main(argv + [str(a) for a in args])
+
+
+def test_resume_refuses_to_change_the_run_or_go_back(arith, tmp_path):
+    run(arith, tmp_path, "--max_iters", 4, "--eval_interval", 2)
+    before = (tmp_path / "ckpt.pt").read_bytes()
+    for change, words in (
+        (["--batch_size", 4], "--batch_size 8, this one asks --batch_size 4"),
+        (["--lr", 0.01, "--seed", 7], "--lr 0.003 --seed 1337, this one asks --lr 0.01 --seed 7"),
+        (["--dataset", arith + "/"], "--dataset"),
+    ):
+        argv = ["--dataset", arith, *change] if change[0] == "--dataset" else change
+        with pytest.raises(UsageError, match="--resume: .*ckpt.pt is a run with") as e:
+            run(arith, tmp_path, "--max_iters", 6, "--resume", *argv)
+        assert words in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(UsageError, match="at step 4, past --max_iters 2"):
+        run(arith, tmp_path, "--max_iters", 2, "--resume")
+    assert (tmp_path / "ckpt.pt").read_bytes() == before  # refused before anything was written
+    assert not (tmp_path / ".lock").exists()
+    run(arith, tmp_path, "--max_iters", 6, "--eval_interval", 3, "--resume")  # a longer run: yes
+    assert torch.load(tmp_path / "ckpt.pt", weights_only=True)["step"] == 6
+
+
+def test_a_run_owns_its_out_dir(arith, tmp_path):
+    """A live run's lock refuses a second run, naming it; a dead run's lock is taken over."""
+    tmp_path.mkdir(exist_ok=True)
+    (tmp_path / ".lock").write_text(f"{os.getpid()} {socket.gethostname()}\n")  # alive: us
+    with pytest.raises(UsageError, match=f"in use by another run \\(process {os.getpid()}"):
+        run(arith, tmp_path, "--max_iters", 1)
+    assert not (tmp_path / "ckpt.pt").exists()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # its pid is free now
+    (tmp_path / ".lock").write_text(f"{gone.pid} {socket.gethostname()}\n")
+    run(arith, tmp_path, "--max_iters", 1)
+    assert (tmp_path / "ckpt.pt").exists() and not (tmp_path / ".lock").exists()
+
+
+def test_two_processes_in_one_out_dir(arith, tmp_path):
+    """Started together, one run trains and the other is refused in one line, exit status 2."""
+    cmd = [
+        sys.executable,
+        str(ROOT / "train_rm.py"),
+        "--dataset",
+        arith,
+        "--out_dir",
+        str(tmp_path),
+    ]
+    cmd += ["--max_iters", "30", "--batch_size", "8", "--eval_pairs", "16", "--lm_coef", "0"]
+    first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    t0 = time.time()
+    while not (tmp_path / ".lock").exists() and time.time() - t0 < 120:
+        time.sleep(0.02)
+    second = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    first.wait(timeout=600)
+    assert first.returncode == 0, first.stderr.read()[-2000:]
+    assert second.returncode == 2 and second.stderr.count("\n") == 1
+    assert "in use by another run" in second.stderr or "holds a run" in second.stderr
+    rows = [json.loads(r) for r in open(tmp_path / "log.jsonl")]
+    assert [r["step"] for r in rows if r["split"] == "train"] == [25, 30]  # one run's rows
+
+
+def test_diverging_weights_stop_the_run_and_keep_the_last_finite_checkpoint(
+    arith, tmp_path, monkeypatch
+):
+    real = torch.optim.AdamW.step
+
+    def blow_up(self, *a, **k):
+        out = real(self, *a, **k)
+        blow_up.calls += 1
+        if blow_up.calls == 4:  # the update of step 4, whose loss was finite: its save sees it
+            with torch.no_grad():
+                self.param_groups[0]["params"][0].fill_(float("inf"))
+        return out
+
+    blow_up.calls = 0
+    monkeypatch.setattr(torch.optim.AdamW, "step", blow_up)
+    with pytest.raises(UsageError, match="not finite at step .*: stopping; .*ckpt.pt keeps") as e:
+        run(arith, tmp_path, "--max_iters", 8, "--eval_interval", 2)
+    assert "\n" not in str(e.value)
+    monkeypatch.setattr(torch.optim.AdamW, "step", real)
+    ckpt = torch.load(tmp_path / "ckpt.pt", weights_only=True)
+    assert ckpt["step"] == 2 and all(torch.isfinite(t).all() for t in ckpt["model"].values())
+    # a non-finite checkpoint (written by hand) is refused by scoring, in one line
+    ckpt["model"]["head.weight"][0, 0] = float("nan")
+    torch.save(ckpt, tmp_path / "nan.pt")
+    with pytest.raises(UsageError, match="not finite"):
+        load_reward_model(tmp_path / "nan.pt")
+    p = subprocess.run(
+        [sys.executable, "-m", "nanorm.score", "--ckpt", str(tmp_path / "nan.pt"),
+         "--response", "7"], cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert p.returncode == 2 and "not finite" in p.stderr and p.stderr.count("\n") == 1
+
+
+def hf_dir(root, name, config, weights=True):
+    d = root / name
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(config))
+    if weights:
+        torch.save({"model.embed_tokens.weight": torch.zeros(4, 8)}, d / "pytorch_model.bin")
+    return d
+
+
+BASE = dict(hidden_size=8, num_attention_heads=2, num_hidden_layers=1, vocab_size=4)
+BASE |= dict(intermediate_size=16)
+
+
+def hostile_files(root):
+    """(what, path, words of its one-line refusal): files of a few KB that claim what they do
+    not hold."""
+    files = [
+        ("config.json a list", hf_dir(root, "a", [1, 2]), "a JSON list"),
+        ("config.json without keys", hf_dir(root, "b", {"hidden_size": 8}), "no 'num_attention"),
+        ("zero heads", hf_dir(root, "c", BASE | dict(num_attention_heads=0)), "positive integers"),
+        ("a string size", hf_dir(root, "d", BASE | dict(hidden_size="8")), "positive integers"),
+        ("a negative size", hf_dir(root, "e", BASE | dict(vocab_size=-4)), "vocab_size must be"),
+        (
+            "10^9 layers",
+            hf_dir(root, "f", BASE | dict(num_hidden_layers=10**9)),
+            "claims 1000000000",
+        ),
+        (
+            "vocab x dim of 40 GB",
+            hf_dir(
+                root, "g", BASE | dict(vocab_size=10**7, hidden_size=4096, num_attention_heads=32)
+            ),
+            "token embeddings (4, 8)",
+        ),  # fmt: skip
+    ]
+    bad_bin = hf_dir(root, "h", BASE, weights=False)
+    torch.save([1, 2, 3], bad_bin / "pytorch_model.bin")
+    files.append(("pytorch_model.bin a list", bad_bin, "not a state dict"))
+    for name, header in (
+        ("llama2.c zero heads", (64, 128, 10**6, 0, 4, 512, 256)),
+        ("llama2.c 10^6 layers", (4096, 11008, 10**6, 32, 32, 32000, 4096)),
+    ):
+        path = root / f"{name.replace(' ', '_')}.bin"
+        path.write_bytes(struct.pack("7i", *header) + bytes(64))
+        files.append((name, path, "header"))
+    for name, config, words in (
+        ("ckpt.pt of 10^8 layers", dict(dim=64, n_layers=10**8, n_heads=4, vocab_size=10**6),
+         "token embeddings none"),
+        ("ckpt.pt config a list", [1], "its config is a list"),
+    ):  # fmt: skip
+        path = root / f"{name.replace(' ', '_')}.pt"
+        torch.save({"kind": "RewardModel", "config": config, "model": {}}, path)
+        files.append((name, path, words))
+    return files
+
+
+def test_hostile_checkpoints_are_refused_before_memory_is_spent(tmp_path):
+    import resource
+
+    for what, path, words in hostile_files(tmp_path):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        for load in (lambda p: RewardModel(pretrained=p), load_reward_model):
+            with pytest.raises(UsageError) as e:
+                load(path)
+            assert words in str(e.value) and "\n" not in str(e.value), what
+        grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak) / 1024
+        assert grown_mb < 200, (what, grown_mb)
+
+
+def test_hostile_checkpoints_are_one_line_in_every_entry_point(arith, tmp_path):
+    what, path, words = hostile_files(tmp_path)[5]  # 10^9 layers
+    for argv in (
+        ["train_rm.py", "--dataset", arith, "--out_dir", str(tmp_path / "o"), "--init", str(path)],
+        ["eval_rm.py", "--ckpt", str(path), "--data", arith, "--out", str(tmp_path / "e")],
+        ["-m", "nanorm.score", "--ckpt", str(path), "--response", "7", "--tokenizer",
+         os.path.join(arith, "tok.model")],
+    ):  # fmt: skip
+        p = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True)
+        assert p.returncode == 2 and p.stderr.count("\n") == 1, (argv[0], p.stderr[-800:])
+        assert str(path) in p.stderr, (
+            argv[0],
+            p.stderr,
+        )  # (train_rm may refuse its vocabulary first)
