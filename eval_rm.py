@@ -240,6 +240,10 @@ def main(argv=None):
     for name in ("batch_size", "max_len", "max_pairs"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if args.max_len is not None and args.max_len < 8:  # as data/prepare.py asks
+        p.error(f"--max_len {args.max_len}: at least 8 tokens, or every response is cut away")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        p.error(f"--out {args.out} is a file: give a folder for eval.json and the plots")
     check_device(args.device)  # before the weights are read: a CPU build fails fast
     if not os.path.exists(args.ckpt):
         p.error(f"--ckpt {args.ckpt} not found")

@@ -630,10 +630,17 @@ class RewardModelTrainer:
             full = dict(model_state=merged_state_dict(self.model))
         if self.proc.master:
             sched = self.lr_scheduler.state_dict() if self.lr_scheduler is not None else None
-            save_checkpoint(
-                path, self.model, self.meta, self.optimizer, self.step, self.train_config,
-                lr_scheduler=sched, **full,
-            )  # fmt: skip
+            try:
+                save_checkpoint(
+                    path, self.model, self.meta, self.optimizer, self.step, self.train_config,
+                    lr_scheduler=sched, **full,
+                )  # fmt: skip
+            except OSError as e:  # a full disk: the file written aside is gone, the old kept
+                kept = "the previous one is kept" if os.path.exists(path) else "none was written"
+                raise UsageError(
+                    f"{path}: could not be written at step {self.step} ({e.strerror}); {kept}: "
+                    "free space, then --resume"
+                ) from None
 
 
 def one_process(model):
@@ -783,6 +790,8 @@ def own_out_dir(out_dir):
     """A run owns its --out_dir while it runs: out_dir/.lock holds its process id, and a second
     run into the folder is refused in one line naming the first. A lock whose process is gone
     (a run killed before it could remove it) is taken over. -> the lock's path."""
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise UsageError(f"--out_dir {out_dir} is a file: give a folder for the run")
     os.makedirs(out_dir, exist_ok=True)
     path, me = os.path.join(out_dir, ".lock"), f"{os.getpid()} {socket.gethostname()}"
     for _ in range(2):

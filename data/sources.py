@@ -66,11 +66,16 @@ def raw_lines(path):
 
 
 def first_row(path):
-    line = next((x for x in raw_lines(path) if x.strip()), None)
+    """The first row of a .jsonl(.gz) file, or of a .json(.gz) file's one array."""
+    lines = raw_lines(path)
+    whole = re.search(r"\.json(\.gz)?$", path)  # one JSON array, as data/prepare.py reads
+    line = b"\n".join(lines) if whole else next((x for x in lines if x.strip()), None)
     try:
         row = json.loads(line) if line is not None else None
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
         row = None
+    if whole and isinstance(row, list):
+        row = row[0] if row else None
     if not isinstance(row, dict):
         raise ValueError(f"{path}: its first row is not a JSON object")
     return row
@@ -92,7 +97,7 @@ def gsm8k_pairs(path, limit=None):
         try:
             row = json.loads(line)
             question, answer = row["question"], row["answer"]
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, RecursionError):
             raise ValueError(f"{path}:{lineno}: not a GSM8K row {{question, answer}}") from None
         if "solutions" in row:
             sols = [s for s in row["solutions"] if isinstance(s, str) and s.strip()]

@@ -171,8 +171,17 @@ def start_log(path, keep_until=None):
     if not os.path.exists(path):
         return
     with open(path) as f:
-        rows = [r for r in f if keep_until is not None and json.loads(r)["step"] <= keep_until]
-    with open(path, "w") as f:
+        lines = f.read().splitlines(keepends=True) if keep_until is not None else []
+    rows = []
+    for i, line in enumerate(lines):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:  # a line cut by a kill while it was written: dropped
+            print(f"note: {path}:{i + 1} is torn (the run was stopped while writing it): dropped")
+            continue
+        if row["step"] <= keep_until:
+            rows.append(line if line.endswith("\n") else line + "\n")
+    with atomic_write(path, "w") as f:
         f.writelines(rows)
 
 

@@ -209,3 +209,50 @@ def test_hostile_checkpoints_are_one_line_in_every_entry_point(arith, tmp_path):
             argv[0],
             p.stderr,
         )  # (train_rm may refuse its vocabulary first)
+
+
+def test_torn_log_line_full_disk_and_output_paths_that_are_files(arith, tmp_path, monkeypatch):
+    """--resume drops a log line cut by a kill (with a note); a save that fails for a full disk
+    is one line and keeps the previous checkpoint; an --out_dir or --out that is a file is
+    refused in one line, the file untouched."""
+    run(arith, tmp_path, "--max_iters", 2, "--eval_interval", 2)
+    with open(tmp_path / "log.jsonl", "a") as f:
+        f.write('{"step": 2, "split": "tr')  # torn
+    run(arith, tmp_path, "--max_iters", 4, "--eval_interval", 2, "--resume")
+    rows = [json.loads(line) for line in open(tmp_path / "log.jsonl")]  # every line whole
+    assert rows[-1]["step"] == 4
+    before = (tmp_path / "ckpt.pt").read_bytes()
+
+    def full(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(train_rm, "save_checkpoint", full)
+    with pytest.raises(UsageError, match="could not be written at step 6 .No space left") as e:
+        run(arith, tmp_path, "--max_iters", 6, "--eval_interval", 2, "--resume")
+    assert "previous one is kept" in str(e.value) and "\n" not in str(e.value)
+    assert (tmp_path / "ckpt.pt").read_bytes() == before
+    monkeypatch.undo()
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine")
+    with pytest.raises(UsageError, match="is a file"):
+        run(arith, a_file, "--max_iters", 1)
+    p = subprocess.run(
+        [sys.executable, "eval_rm.py", "--ckpt", str(tmp_path / "ckpt.pt"), "--data", arith,
+         "--out", str(a_file)], cwd=ROOT, capture_output=True, text=True,
+    )  # fmt: skip
+    assert p.returncode == 2 and "is a file" in p.stderr and a_file.read_text() == "mine"
+
+
+def test_eval_reads_json_arrays_and_refuses_a_max_len_that_cuts_everything(arith, tmp_path):
+    run(arith, tmp_path, "--max_iters", 1)
+    rows = [{"prompt": "What is 2 + 2?", "chosen": " 4", "rejected": " 5"}] * 6
+    (tmp_path / "pairs.json").write_text(json.dumps(rows))  # one array, as prepare reads
+    eval_rm = [sys.executable, "eval_rm.py", "--ckpt", str(tmp_path / "ckpt.pt")]
+    p = subprocess.run([*eval_rm, "--data", str(tmp_path / "pairs.json"), "--out",
+                        str(tmp_path / "e")], cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+    assert p.returncode == 0, p.stderr[-1500:]
+    assert json.load(open(tmp_path / "e" / "eval.json"))["overall"]["n"] == 6
+    p = subprocess.run([*eval_rm, "--data", str(tmp_path / "pairs.json"), "--out",
+                        str(tmp_path / "f"), "--max_len", "1"], cwd=ROOT, capture_output=True,
+                       text=True)  # fmt: skip
+    assert p.returncode == 2 and "--max_len 1: at least 8" in p.stderr
