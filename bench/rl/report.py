@@ -4,7 +4,8 @@ The table and the figure of bench/rl/README.md, from the rl.jsonl files run.sh c
     python bench/rl/report.py          # prints the markdown table, writes bench/rl/rl.png
 
 gold is the verifier's accuracy of one step's sampled answers (128 of them), so one step's
-value has a standard error of about 0.04: the peak is read on a 5-step moving average.
+value has a standard error of about 0.04: the peak is read on a 5-step moving average (of the
+KL too), the end is the mean of the last 5 rows.
 """
 
 import glob
@@ -33,20 +34,20 @@ def load():
 
 
 def table(runs):
-    head = "| run | algorithm | reward | KL coef | seed | steps | final KL | proxy start -> end | gold start | gold peak (step, KL) | gold end | RL loop time |"
+    head = "| run | algorithm | reward | KL coef | seed | steps | final KL | proxy start -> end | gold start | gold peak (step, KL) | gold end | RL loop |"
     lines = [
         head,
         "|" + "---|" * (head.count("|") - 1),
     ]
     for name, rs in runs.items():
-        algo, reward, kl, seed = name.split("_")
-        g = smooth([r["gold"] for r in rs])
+        algo, reward, coef, seed = name.split("_")[:4]
+        g, kl = smooth([r["gold"] for r in rs]), smooth([r["kl"] for r in rs])
         i = max(range(len(g)), key=g.__getitem__)
         end = sum(r["gold"] for r in rs[-SMOOTH:]) / SMOOTH
         lines.append(
-            f"| {name} | {algo} | {reward} | {kl.removeprefix('kl')} | {seed.removeprefix('seed')} | {rs[-1]['step']} "
+            f"| {name} | {algo} | {reward} | {coef.removeprefix('kl')} | {seed.removeprefix('seed')} | {rs[-1]['step']} "
             f"| {rs[-1]['kl']:.2f} | {rs[0]['proxy']:+.2f} -> {rs[-1]['proxy']:+.2f} | {g[0]:.3f} "
-            f"| {g[i]:.3f} ({rs[i]['step']}, {rs[i]['kl']:.2f}) | {end:.3f} | {rs[-1]['time']:.0f} s |"
+            f"| {g[i]:.3f} ({rs[i]['step']}, {kl[i]:.2f}) | {end:.3f} | {rs[-1]['time']:.0f} s |"
         )
     return "\n".join(lines)
 
@@ -63,7 +64,7 @@ def figure(runs, path):
         key = name.rsplit("_", 1)[0]
         c = colors.setdefault(key, f"C{len(colors)}")
         style = "-" if name.endswith("seed0") else "--"
-        x = [math.sqrt(max(r["kl"], 0.0)) for r in rs]
+        x = [math.sqrt(max(k, 0.0)) for k in smooth([r["kl"] for r in rs])]
         label = key if name.endswith("seed0") else None
         if name.startswith("ppo"):
             ax[0].plot(x, smooth([r["gold"] for r in rs]), style, color=c, label=label, lw=1)
@@ -84,7 +85,7 @@ def figure(runs, path):
     ax[2].set(title="gold against the step (all runs)", xlabel="step")
     for a in ax:
         a.legend(fontsize=7)
-    fig.suptitle(f"{SMOOTH}-step moving averages; solid seed 0, dashed seed 1", fontsize=9)
+    fig.suptitle(f"{SMOOTH}-step moving averages (KL too); solid seed 0, dashed seed 1", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=80)
 

@@ -19,4 +19,8 @@ for seed in ${@:-0 1}; do
         --proxy_pairs 1000
     run "grpo_verifier_kl0.02_seed$seed" --algo grpo --reward verifier --kl_coef 0.02 --seed $seed
 done
+if [[ " ${*:-0 1} " == *" 1 "* ]]; then  # seed 1 had not turned down by step 100: 200 steps
+    run "ppo_proxy5000_kl0.02_seed1_200steps" --algo ppo --reward proxy --kl_coef 0.02 --seed 1 \
+        --max_steps 200
+fi
 python bench/rl/report.py
