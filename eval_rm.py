@@ -45,8 +45,7 @@ from data import ArgumentParser, UsageError, run
 from data.chat import chat_format
 from data.pairs import Batch, open_dataset
 from data.tokenizer import load_tokenizer
-from nanorm.checkpoints import load_reward_model
-from nanorm.ckpt import checkpoint_tokenizer
+from nanorm.ckpt import checkpoint_tokenizer, load_reward_model
 from nanorm.cli import boolean, check_device
 from nanorm.report import Scored, best_of_n, response_lengths, write_served_report
 from nanorm.runtime import auto_dtype, dtype_context

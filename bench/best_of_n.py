@@ -30,7 +30,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from data import ArgumentParser, UsageError, atomic_write, run
 from data.chat import chat_format
 from data.tokenizer import load_tokenizer
-from nanorm.checkpoints import load_reward_model, load_transformer
+from nanorm.checkpoints import load_transformer
+from nanorm.ckpt import load_reward_model
 from nanorm.runtime import auto_dtype
 from verifiable import gsm8k_reward
 

@@ -1,11 +1,10 @@
 """
 Reading checkpoints, the one home of it: any LLaMA on disk -> model.py's Transformer, and the
-models with heads built from one.
+parts a model with heads is built from (nanorm/ckpt.py's load_reward_model builds the class a
+ckpt.pt names on them).
 
     model = load_transformer(path)         # the LLaMA of any file below (a ckpt.pt's backbone too)
     rm = RewardModel(pretrained=path)      # cls(pretrained=): pretrained_parts, below
-    rm, ckpt = load_reward_model(path)     # what a file scores with: ours by its kind, else a
-                                           # RewardModel around the backbone (eval_rm, score)
     config, sd = read_checkpoint(path)     # a foreign file's parts, before a model is built
     ckpt = load_checkpoint(path)           # our ckpt.pt's dict
 
@@ -459,14 +458,11 @@ def _unpermute(w, n_heads, head_dim):
 
 
 # ----------------------------------------------------------------------------- ours
-# nanoRM's own ckpt.pt, read (nanorm/ckpt.py writes it), and the models built from any file:
-# cls(pretrained=path) reads pretrained_parts; scripts that score read load_reward_model. The
-# model classes are imported where a kind is named, never at the top: reward.py reaches here.
+# nanoRM's own ckpt.pt, read (nanorm/ckpt.py writes it), and the parts a model with heads is
+# built from, whatever the file: what cls(pretrained=path) reads. The model classes are passed
+# in, never imported: reward.py reaches this file when it reads one.
 MODEL_KEYS = {"kind", "config", "model"}
 HEAD_NAME = re.compile(r"^(value_|reward_)?head\.")  # a scoring head, under its older names too
-# how a ckpt.pt's kind is scored: --length_head's model (length_head.py) by its quality head
-# alone, i.e. as a RewardModel; every other kind as itself
-SCORED_AS = {"LengthDebiasedRewardModel": ("RewardModel", "length_head.")}
 
 
 def is_ours(path):
@@ -557,41 +553,6 @@ def _foreign_parts(path):
     if tuple(score.shape) != (1, backbone.config.dim):
         raise ValueError(f"{path}: score.weight {tuple(score.shape)} is not (1, dim)")
     return backbone, {"head.weight": score}  # HF's score has no bias: ours stays 0
-
-
-def load_reward_model(path):
-    """(model, its ckpt.pt dict) for our checkpoint, the class its kind names (or scores as:
-    SCORED_AS); or (a RewardModel around any foreign backbone, None): its head is new then,
-    unless an HF classifier's `score`. What eval_rm.py and nanorm.score read."""
-    from reward import LMRegularizedRewardModel, RewardModel
-
-    path = str(path)
-    if not os.path.exists(path):
-        raise UsageError(f"{path} not found")
-    if not is_ours(path):
-        return RewardModel(pretrained=path), None
-    ckpt = load_checkpoint(path)
-    kind, drop = SCORED_AS.get(ckpt["kind"], (ckpt["kind"], None))
-    kinds = {"RewardModel": RewardModel, "LMRegularizedRewardModel": LMRegularizedRewardModel}
-    if kind == "SubsetExpertsRewardModel":  # --subset_experts' model, read where it is met
-        from nanorm.subset_experts import SubsetExpertsRewardModel
-
-        kinds[kind] = SubsetExpertsRewardModel
-    if kind not in kinds:
-        raise UsageError(f"{path}: kind {ckpt['kind']!r} is not one of {list(kinds)}")
-    backbone, heads = split_heads(ckpt["model"])
-    if drop:  # the heads that only training reads
-        heads = {k: v for k, v in heads.items() if not k.startswith(drop)}
-    try:
-        model = kinds[kind](transformer_from_state_dict(ckpt["config"], backbone, path))
-        if hasattr(model, "set_experts") and "gate.bias" in heads:
-            model.set_experts(len(heads["gate.bias"]))
-        check_heads(model, heads, path)
-    except ValueError as e:  # sizes, shapes, heads that do not fit: one line
-        raise UsageError(str(e)) from None
-    if not all(torch.isfinite(p).all() for p in model.parameters()):
-        raise UsageError(f"{path}: its weights are not finite (a diverged run): not scored")
-    return model.eval(), ckpt
 
 
 def check_heads(model, heads, source):

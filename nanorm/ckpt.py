@@ -1,11 +1,12 @@
 """
 nanoRM's own checkpoint, ckpt.pt: what it holds, writing it atomically, resuming from it, and
-the tokenizer it carries. Reading any checkpoint, ours or foreign, into a model is
-checkpoints.py's, the one home of reading.
+the tokenizer it carries, and the reward model it holds. Reading any checkpoint file, ours or
+foreign, into parts is checkpoints.py's, the one home of reading.
 
     save_checkpoint(path, rm, meta=meta, optimizer=opt, step=step, train_config=cfg)
     update_checkpoint(path, length_calibration=cal)   # rewritten atomically
     step = resume(path, rm, optimizer, device, meta)
+    rm, ckpt = load_reward_model(path)   # ours, of the class its kind names; else a RewardModel
     tok = checkpoint_tokenizer(path)     # a ckpt.pt's carried tokenizer, a .gguf's, an HF dir's
     check_tokenizer(init, meta, dataset) # data of another vocabulary than --init's: refused
 
@@ -45,12 +46,16 @@ from data.tokenizer import (
 )
 from nanorm.checkpoints import (
     MODEL_KEYS,
+    check_heads,
     is_ours,
     is_torch_file,
     load_checkpoint,
     load_torch,
     read_checkpoint,
+    split_heads,
+    transformer_from_state_dict,
 )
+from reward import LMRegularizedRewardModel, RewardModel
 
 
 # ----------------------------------------------------------------------------- writing
@@ -184,6 +189,45 @@ def resume(path, rm, optimizer, device, meta, load_full_state=None, same=None):
     if "cuda_rng" in ckpt and device.startswith("cuda"):
         torch.cuda.set_rng_state_all([s.cpu() for s in ckpt["cuda_rng"]])
     return ckpt["step"]
+
+
+# ----------------------------------------------------------------------------- the model
+# how a ckpt.pt's kind is scored: --length_head's model (length_head.py) by its quality head
+# alone, i.e. as a RewardModel; every other kind as itself
+SCORED_AS = {"LengthDebiasedRewardModel": ("RewardModel", "length_head.")}
+
+
+def load_reward_model(path):
+    """(model, its ckpt.pt dict) for our checkpoint, the class its kind names (or scores as:
+    SCORED_AS); or (a RewardModel around any foreign backbone, None): its head is new then,
+    unless an HF classifier's `score`. What eval_rm.py and nanorm.score read."""
+    path = str(path)
+    if not os.path.exists(path):
+        raise UsageError(f"{path} not found")
+    if not is_ours(path):
+        return RewardModel(pretrained=path), None
+    ckpt = load_checkpoint(path)
+    kind, drop = SCORED_AS.get(ckpt["kind"], (ckpt["kind"], None))
+    kinds = {"RewardModel": RewardModel, "LMRegularizedRewardModel": LMRegularizedRewardModel}
+    if kind == "SubsetExpertsRewardModel":  # --subset_experts' model, read where it is met
+        from nanorm.subset_experts import SubsetExpertsRewardModel
+
+        kinds[kind] = SubsetExpertsRewardModel
+    if kind not in kinds:
+        raise UsageError(f"{path}: kind {ckpt['kind']!r} is not one of {list(kinds)}")
+    backbone, heads = split_heads(ckpt["model"])
+    if drop:  # the heads that only training reads
+        heads = {k: v for k, v in heads.items() if not k.startswith(drop)}
+    try:
+        model = kinds[kind](transformer_from_state_dict(ckpt["config"], backbone, path))
+        if hasattr(model, "set_experts") and "gate.bias" in heads:
+            model.set_experts(len(heads["gate.bias"]))
+        check_heads(model, heads, path)
+    except ValueError as e:  # sizes, shapes, heads that do not fit: one line
+        raise UsageError(str(e)) from None
+    if not all(torch.isfinite(p).all() for p in model.parameters()):
+        raise UsageError(f"{path}: its weights are not finite (a diverged run): not scored")
+    return model.eval(), ckpt
 
 
 # ----------------------------------------------------------------------------- the tokenizer

@@ -27,8 +27,7 @@ from data.chat import chat_format
 from data.pairs import encode_pair
 from data.tokenizer import load_tokenizer
 from nanorm.calibrate import served
-from nanorm.checkpoints import load_reward_model
-from nanorm.ckpt import checkpoint_tokenizer
+from nanorm.ckpt import checkpoint_tokenizer, load_reward_model
 from nanorm.export_hf import export_hf
 
 

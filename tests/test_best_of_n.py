@@ -9,8 +9,7 @@ import sys
 import torch
 from conftest import ROOT, shared_path
 
-from nanorm.checkpoints import load_reward_model
-from nanorm.ckpt import save_checkpoint
+from nanorm.ckpt import load_reward_model, save_checkpoint
 from reward import RewardModel
 
 sys.path.insert(0, os.path.join(ROOT, "bench"))

@@ -219,7 +219,7 @@ def test_train_rm_calibrate_length_fits_on_the_training_pairs(arith, tmp_path):
     import eval_rm
     import nanorm.calibrate as calibrate
     import nanorm.report as report
-    from nanorm.checkpoints import load_reward_model
+    from nanorm.ckpt import load_reward_model
 
     out = tmp_path / "a"
     run(arith, out, "--max_iters", 4, "--calibrate_length", "--eval_interval", 1000)

@@ -15,7 +15,7 @@ import nanorm.report as report
 import train_rm
 from data.arith.prepare import main as prepare_arith
 from data.pairs import PairDataset
-from nanorm.checkpoints import load_reward_model
+from nanorm.ckpt import load_reward_model
 from nanorm.score import main as score_main
 
 

@@ -18,7 +18,7 @@ from conftest import ROOT
 import train_rm
 from data import UsageError
 from data.arith.prepare import main as prepare_arith
-from nanorm.checkpoints import load_reward_model
+from nanorm.ckpt import load_reward_model
 from reward import RewardModel
 
 

@@ -12,7 +12,7 @@ from conftest import ROOT
 from test_train import grad_norms, max_diff, run
 
 from data.arith.prepare import main as prepare_arith
-from nanorm.checkpoints import load_reward_model
+from nanorm.ckpt import load_reward_model
 
 # a constant learning rate after one warmup step: a run cut at step 2 and resumed with
 # --max_iters 4 then follows the schedule of an uninterrupted 4-step run

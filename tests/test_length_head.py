@@ -9,8 +9,7 @@ import torch
 from conftest import pad, shared_path, tiny_config
 
 import train_rm
-from nanorm.checkpoints import load_reward_model
-from nanorm.ckpt import checkpoint_tokenizer, save_checkpoint
+from nanorm.ckpt import checkpoint_tokenizer, load_reward_model, save_checkpoint
 from nanorm.length_head import LengthDebiasedRewardModel
 from reward import RewardModel, pearson
 

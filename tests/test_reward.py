@@ -10,8 +10,7 @@ from conftest import CHOSEN, PROMPTS, REJECTED, pad, shared_path, tiny_config, t
 
 import reward
 from model import Transformer
-from nanorm.checkpoints import load_reward_model
-from nanorm.ckpt import save_checkpoint
+from nanorm.ckpt import load_reward_model, save_checkpoint
 from nanorm.score import main
 from reward import LMRegularizedRewardModel, RewardModel, accuracy, pairwise_loss
 

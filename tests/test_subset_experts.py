@@ -13,8 +13,7 @@ from conftest import pad, tiny_config
 import train_rm
 from data import UsageError
 from data.pairs import pack_pairs
-from nanorm.checkpoints import load_reward_model
-from nanorm.ckpt import save_checkpoint
+from nanorm.ckpt import load_reward_model, save_checkpoint
 from nanorm.subset_experts import SubsetExpertsRewardModel
 from reward import RewardModel, new_head
 

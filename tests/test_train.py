@@ -17,7 +17,7 @@ from conftest import ROOT, tiny_model
 import train_rm
 from data.arith.prepare import main as prepare_arith
 from data.pairs import PairDataset, open_dataset
-from nanorm.checkpoints import load_reward_model
+from nanorm.ckpt import load_reward_model
 
 
 @pytest.fixture(scope="module")
@@ -247,7 +247,10 @@ def test_evaluate_once_per_eval_and_rewards_in_pair_order(arith, tmp_path, monke
     assert ckpt["data_meta"] == json.load(open(os.path.join(arith, "meta.json")))
     assert ckpt["tokenizer"] == ckpt["data_meta"]["tokenizer"] and "data_position" not in ckpt
 
-    rm, val = load_reward_model(tmp_path / "ckpt.pt")[0], PairDataset(os.path.join(arith, "val.npz"))
+    rm, val = (
+        load_reward_model(tmp_path / "ckpt.pt")[0],
+        PairDataset(os.path.join(arith, "val.npz")),
+    )
     cfg = train_rm.TrainConfig(**ckpt["train_config"])
     pad_id = ckpt["data_meta"]["pad_id"]
     metrics, rewards = real(rm, val, pad_id, cfg.batch_size, cfg.eval_pairs, return_rewards=True)
