@@ -29,7 +29,7 @@ def run(main, argv=None):
     """main(argv), with an expected failure printed as `<script>: error: <message>`, exit 2."""
     try:
         return main(argv)
-    except (UsageError, FileNotFoundError) as e:  # data.pairs.BadRowError is a UsageError
+    except (UsageError, FileNotFoundError) as e:  # data.rows.BadRowError is a UsageError
         message = " ".join(str(e).split())  # one line, whatever the message held
         print(f"{os.path.basename(sys.argv[0])}: error: {message}", file=sys.stderr)
         sys.exit(2)

@@ -264,7 +264,7 @@ def balanced_order(weights, n, seed):
 #     segments     0   0   0 |  1   1   1  |  2   2  |  -1  -1
 #     positions    0   1   2 |  3   4   5  |  3   4  |   0   0    (rejected restarts after prompt)
 #
-# and the attention mask (reward.packed_attention_mask) lets the rejected response see the prompt
+# and the attention mask (data.pairs.packed_attention_mask) lets the rejected response see the prompt
 # and itself but never the chosen response. Every token then sees exactly what it sees in its
 # plain sequence, at the same positions, so its hidden state and both rewards are unchanged.
 PAD_SEGMENT = -1

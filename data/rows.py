@@ -32,7 +32,7 @@ from data import UsageError
 ASSISTANT = "\n\nAssistant:"
 
 
-class BadRowError(UsageError):  # a ValueError; one line naming file:line from cli.run
+class BadRowError(UsageError):  # a ValueError; one line naming file:line from data.run
     pass
 
 

@@ -260,9 +260,8 @@ def checkpoint_tokenizer(source, missing_ok=False):
 
 
 def carries_tokenizer(ckpt):
-    """Whether a ckpt.pt's dict holds its tokenizer's files, or the path of one that exists."""
-    path = ckpt.get("tokenizer")
-    return bool(ckpt.get("tokenizer_files")) or (isinstance(path, str) and os.path.exists(path))
+    """Whether a ckpt.pt's dict holds its tokenizer's files."""
+    return bool(ckpt.get("tokenizer_files"))
 
 
 def _carried(ckpt, name):
@@ -273,12 +272,10 @@ def _carried(ckpt, name):
                 with open(os.path.join(d, os.path.basename(fname)), "wb") as f:
                     f.write(data.numpy().tobytes())
             tok = load_tokenizer(d if "tokenizer.json" in files else os.path.join(d, *files))
-    elif isinstance(ckpt.get("tokenizer"), str) and os.path.exists(ckpt["tokenizer"]):
-        tok = load_tokenizer(ckpt["tokenizer"])  # older checkpoints hold only the path
     else:
         raise UsageError(
-            f"{name} records no tokenizer (not saved by train_rm.py, or before checkpoints "
-            f"carried one, and {ckpt.get('tokenizer')!r} is gone): pass --tokenizer"
+            f"{name} carries no tokenizer (saved without its data's meta.json, or its "
+            f"tokenizer {ckpt.get('tokenizer')!r} was gone): pass --tokenizer"
         )
     want, got = meta.get("tokenizer_fingerprint"), tokenizer_fingerprint(tok)
     if want and got != want:
