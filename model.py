@@ -175,15 +175,15 @@ class Attention(nn.Module):
             rows = zip(split(q), split(k), split(v), layout.row_masks, strict=True)
             return torch.cat([self.sdpa(a[None], b[None], c[None], m)[0] for a, b, c, m in rows])
         q, k, v = layout.rows(q), layout.rows(k), layout.rows(v)  # (B, T, heads, hd)
-        return layout.tokens(self.sdpa(q, k, v, layout.mask, layout.cache))
+        return layout.tokens(self.sdpa(q, k, v, layout.mask, layout.kv_cache))
 
-    def sdpa(self, q, k, v, mask, cache=None):
+    def sdpa(self, q, k, v, mask, kv_cache=None):
         """(B, T, n_heads, hd) queries over (B, S, n_kv_heads, hd) keys -> (B, T, dim).
         mask: (B, 1, T, S) bool, True where a query may read a key; a BlockMask; None: causal."""
         B, T = q.shape[:2]
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, hd)
-        if cache is not None:
-            k, v = cache.update(self.layer_id, k, v)  # (B, n_kv_heads, S, hd), S >= T
+        if kv_cache is not None:
+            k, v = kv_cache.update(self.layer_id, k, v)  # (B, n_kv_heads, S, hd), S >= T
         gqa = self.n_kv_heads != self.n_heads  # query head h reads kv head h // group, no copy
         if isinstance(mask, BlockMask):  # FlexAttention skips the fully masked blocks
             assert not (self.training and self.dropout), "FlexAttention has no dropout"
@@ -258,9 +258,9 @@ class Transformer(nn.Module):
         if isinstance(module, (nn.Linear, nn.Embedding)):
             torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
-    def forward(self, tokens, attention_mask=None, cache=None):
+    def forward(self, tokens, attention_mask=None, kv_cache=None):
         """Logits (B, T, vocab_size)."""
-        return self.output(self.hidden_states(tokens, attention_mask, cache=cache))
+        return self.output(self.hidden_states(tokens, attention_mask, kv_cache=kv_cache))
 
     def hidden_states(
         self,
@@ -268,17 +268,17 @@ class Transformer(nn.Module):
         attention_mask=None,
         *,
         positions=None,
-        attn_mask=None,
+        visible=None,
         at=None,
-        cache=None,
+        kv_cache=None,
         layers=None,
         states=None,
     ):
         """The forward: final normalised hidden states (B, T, dim), 0 at padding.
 
         tokens (B, T) ids. attention_mask (B, T): 1 at real tokens, padding on any side (with a
-        cache, (B, S) over the cached positions too). positions (B, T): RoPE positions, by
-        default the number of real tokens before each one. attn_mask (B, T, T) bool or a
+        kv_cache, (B, S) over the cached positions too). positions (B, T): RoPE positions, by
+        default the number of real tokens before each one. visible (B, T, T) bool or a
         FlexAttention BlockMask: who reads whom, for packed rows; by default causal among a
         row's real tokens. at (B, k): columns whose states are wanted, returned as (B, k, dim);
         the last layer runs its queries and FFN there alone. Padding is never computed.
@@ -287,7 +287,7 @@ class Transformer(nn.Module):
         first > 0 `states` (B, T, dim) are the input of layer `first` instead of the embeddings."""
         self.check_tokens(tokens)
         B, T = tokens.shape
-        start = 0 if cache is None else cache.len
+        start = 0 if kv_cache is None else kv_cache.len
         first, stop = layers or (0, len(self.layers))
         real = None if attention_mask is None else attention_mask.to(tokens.device).bool()
         if positions is None:
@@ -307,7 +307,7 @@ class Transformer(nn.Module):
         if (first > 0) != (states is not None) or (at is not None and stop < len(self.layers)):
             raise ValueError("states are the input of layers[first] > 0; at needs the last layer")
         per_row = self.row_attention if self.row_attention is not None else not tokens.is_cuda
-        layout = make_layout(tokens, real, attn_mask, cache, per_row)  # below
+        layout = make_layout(tokens, real, visible, kv_cache, per_row)  # below
         readout = None if at is None else make_readout(at, real, layout)
         cos, sin = self.rope(positions.flatten())  # (B * T, head_dim / 2) each
         flat = tokens.flatten()
@@ -320,8 +320,8 @@ class Transformer(nn.Module):
                 x = checkpoint(self.layers[i], x, cos, sin, layout, last, use_reentrant=False)
             else:
                 x = self.layers[i](x, cos, sin, layout, last)
-        if cache is not None:
-            cache.len += T
+        if kv_cache is not None:
+            kv_cache.len += T
         if stop < len(self.layers):
             return layout.rows(x)  # (B, T, dim), not normalised: the next layer's input
         x = self.norm(x)
@@ -364,13 +364,13 @@ class Transformer(nn.Module):
             )
         mask = attention_mask.bool()
         dtype = next(self.parameters()).dtype
-        cache = (
+        kv_cache = (
             KVCache(self.config, B, T + max_new_tokens, tokens.device, dtype) if use_cache else None
         )
         step_in = tokens
         for _ in range(max_new_tokens):
             if use_cache:  # feed only what the cache has not seen; the mask covers all of it
-                logits = self(step_in, mask, cache=cache)[:, -1, :]
+                logits = self(step_in, mask, kv_cache=kv_cache)[:, -1, :]
             else:
                 logits = self(tokens, mask)[:, -1, :]
             if temperature == 0.0:
@@ -404,7 +404,7 @@ class Layout:
     lengths: list | None  # tokens per row when attention runs row by row (CPU), else None
     row_masks: list | None  # with lengths: each row's (1, 1, l, l) part of the mask; None causal
     mask: torch.Tensor | BlockMask | None  # (B, 1, T, S) bool or a BlockMask; None: causal
-    cache: object = None  # model.KVCache when generating
+    kv_cache: object = None  # model.KVCache when generating
 
     def rows(self, x):  # (N, ...) -> (B, T, ...), zeros at the tokens not computed
         if self.index is None:
@@ -438,37 +438,37 @@ def padding_mask(attention_mask, T):
     return (k <= q) & attention_mask.bool()[:, None, :] | (k == q)
 
 
-def make_layout(tokens, real, attn_mask, cache, per_row):
+def make_layout(tokens, real, visible, kv_cache, per_row):
     """The Layout of a batch: padding (real False) leaves the stream; attention runs row by
     row over the real tokens when per_row (one SDPA call per row) and as one batched call on
-    padded rows otherwise or with a cache. real: (B, T) bool or None (no padding); attn_mask:
+    padded rows otherwise or with a kv_cache. real: (B, T) bool or None (no padding); visible:
     the caller's (B, T, T) bool or BlockMask, or None (causal)."""
     B, T = tokens.shape
-    if cache is not None:  # generation: every column computed, keys cached before it
-        S = cache.len + T
+    if kv_cache is not None:  # generation: every column computed, keys cached before it
+        S = kv_cache.len + T
         real = torch.ones(B, S, dtype=torch.bool, device=tokens.device) if real is None else real
-        return Layout(B, T, None, None, None, padding_mask(real, T)[:, None], cache)
+        return Layout(B, T, None, None, None, padding_mask(real, T)[:, None], kv_cache)
     if real is not None and real.all():
         real = None  # nothing to skip
     index = None if real is None else real.flatten().nonzero().squeeze(1)  # (N,)
-    if real is not None and per_row and not isinstance(attn_mask, BlockMask):
-        masks = [None] * B if attn_mask is None else attn_mask
+    if real is not None and per_row and not isinstance(visible, BlockMask):
+        masks = [None] * B if visible is None else visible
         masks = [
             None if m is None else m[r][:, r][None, None] for m, r in zip(masks, real, strict=True)
         ]
-        full = None if attn_mask is None else attn_mask[:, None]  # for a readout's keys
+        full = None if visible is None else visible[:, None]  # for a readout's keys
         return Layout(B, T, index, real.sum(1).tolist(), masks, full)
-    if attn_mask is None and real is not None:
-        attn_mask = padding_mask(real, T)
-    if isinstance(attn_mask, torch.Tensor):
-        attn_mask = attn_mask[:, None]  # (B, 1, T, T), broadcast over heads
-    return Layout(B, T, index, None, None, attn_mask)
+    if visible is None and real is not None:
+        visible = padding_mask(real, T)
+    if isinstance(visible, torch.Tensor):
+        visible = visible[:, None]  # (B, 1, T, T), broadcast over heads
+    return Layout(B, T, index, None, None, visible)
 
 
 def make_readout(at, real, layout):
     """The Readout of the columns at (B, k): their stream positions and key masks."""
     B, T, dev = layout.B, layout.T, at.device
-    if layout.cache is not None:
+    if layout.kv_cache is not None:
         raise ValueError("at is for scoring, not for cached generation")
     if at.numel() and (at.min() < 0 or at.max() >= T):
         raise ValueError(f"at must name columns in [0, {T}), got {at.tolist()}")

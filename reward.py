@@ -365,7 +365,7 @@ class RewardModel(ScalarHeadModel):
             tokens,
             segments >= 0,
             positions=positions,
-            attn_mask=mask,
+            visible=mask,
             at=ends,
             layers=(first, len(self.backbone.layers)),
             states=x,

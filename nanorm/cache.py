@@ -148,7 +148,7 @@ def build(backbone, data, split, first, folder, pad_id, dtype, say=print, ctx=No
                     b.tokens,
                     b.segments >= 0,
                     positions=b.positions,
-                    attn_mask=packed_attention_mask(b.segments),
+                    visible=packed_attention_mask(b.segments),
                     layers=(0, first),
                 ).float()  # (B, T, dim), before layer `first`
             if h.abs().max() >= torch.finfo(dtype).max:

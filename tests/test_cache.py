@@ -74,7 +74,7 @@ def test_cached_states_give_the_loss_and_gradients_of_recomputing(data, tmp_path
             b.tokens,
             b.segments >= 0,
             positions=b.positions,
-            attn_mask=packed_attention_mask(b.segments),
+            visible=packed_attention_mask(b.segments),
             layers=(0, 2),
         )
     r3, loss3, grads3 = loss_and_grads(rm, b, (2, exact))

@@ -235,7 +235,7 @@ def test_last_layer_at_readout_tokens_equals_full_states(per_row, layout):
         b = pack_pairs(random_items(LENGTHS, seed=4), PAD)
         tokens, mask, attn = b.tokens, b.segments >= 0, packed_attention_mask(b.segments)
         at = torch.stack([b.chosen_end, b.rejected_end], 1)  # (B, 2)
-        fast = lambda: net.hidden_states(tokens, mask, positions=b.positions, attn_mask=attn, at=at)
+        fast = lambda: net.hidden_states(tokens, mask, positions=b.positions, visible=attn, at=at)
         plain = lambda: reference_states(net, tokens, b.positions, attn)
     else:
         seqs = [torch.randint(1, V, (n,)).tolist() for n in (7, 19, 1, 12)]
@@ -287,7 +287,7 @@ def test_row_by_row_attention_with_a_caller_mask_equals_padded_rows(lead):
     for per_row in (True, False):
         net.row_attention = per_row
         net.zero_grad()
-        h = net.hidden_states(tokens, mask, positions=positions, attn_mask=attn)
+        h = net.hidden_states(tokens, mask, positions=positions, visible=attn)
         h.square().sum().backward()
         out[per_row] = (
             h.detach(),
