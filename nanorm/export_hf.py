@@ -234,12 +234,40 @@ def write_tokenizer(tok, out_dir, pad_id, chat_format):
     return list(files)
 
 
+def check_export_dir(out_dir):
+    """Refuse an out_dir that is a file, or a folder holding anything but an export of ours (a
+    LlamaForSequenceClassification's config.json and the files written beside it): nothing the
+    user has is replaced."""
+    if not os.path.exists(out_dir):
+        return
+    if not os.path.isdir(out_dir):
+        raise ValueError(f"--export_hf {out_dir} is a file: give a folder")
+    held = set(os.listdir(out_dir))
+    if not held:
+        return
+    ours = False
+    if "config.json" in held:
+        try:
+            with open(os.path.join(out_dir, "config.json")) as f:
+                ours = json.load(f).get("architectures") == ["LlamaForSequenceClassification"]
+        except (OSError, ValueError, AttributeError):
+            ours = False
+    allowed = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}
+    allowed |= {"tokenizer.model", "special_tokens_map.json"}
+    if not ours or not held <= allowed:
+        raise ValueError(
+            f"--export_hf {out_dir} holds files that are not a reward model export "
+            f"({', '.join(sorted(held - allowed)[:3]) or 'config.json'}): give a new folder"
+        )
+
+
 def export_hf(model, out_dir, tok=None, meta=None, record=None):
     """Write `model` (a ScalarHeadModel: its `head` is the score) to out_dir as a Hugging Face
     LlamaForSequenceClassification. tok: its tokenizer (or None); meta: the dataset's meta.json
     (end_id, pad_id, chat_format), as train_rm checkpoints hold it under "data_meta"; record:
     the checkpoint's dict, whose length calibration and normalization go to config.json."""
     meta = meta or {}
+    check_export_dir(out_dir)
     os.makedirs(out_dir, exist_ok=True)
     tensors = hf_state_dict(model)  # refuses a head bias before anything is written
     end_id = meta.get("end_id", tok.eos_id if tok is not None else None)

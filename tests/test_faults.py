@@ -256,3 +256,23 @@ def test_eval_reads_json_arrays_and_refuses_a_max_len_that_cuts_everything(arith
                         str(tmp_path / "f"), "--max_len", "1"], cwd=ROOT, capture_output=True,
                        text=True)  # fmt: skip
     assert p.returncode == 2 and "--max_len 1: at least 8" in p.stderr
+
+
+def test_export_never_replaces_what_it_did_not_write(arith, tmp_path):
+    pytest.importorskip("safetensors")
+    run(arith, tmp_path / "run", "--max_iters", 1)
+    score = [sys.executable, "-m", "nanorm.score", "--ckpt", str(tmp_path / "run" / "ckpt.pt")]
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    (tmp_path / "a_file").write_text("mine")
+    for target in (mine, tmp_path / "a_file"):
+        p = subprocess.run([*score, "--export_hf", str(target)], cwd=ROOT, capture_output=True,
+                           text=True)  # fmt: skip
+        assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr[-800:]
+    assert (mine / "notes.txt").read_text() == "mine" and sorted(os.listdir(mine)) == ["notes.txt"]
+    assert (tmp_path / "a_file").read_text() == "mine"
+    for _ in range(2):  # a new folder, then the same export again over itself
+        p = subprocess.run([*score, "--export_hf", str(tmp_path / "hf")], cwd=ROOT,
+                           capture_output=True, text=True)  # fmt: skip
+        assert p.returncode == 0, p.stderr[-800:]
