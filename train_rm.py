@@ -772,6 +772,7 @@ def main(argv=None):
     cfg = parse_args(argv)
     proc = setup_processes(cfg)
     check_out_dir(cfg, proc)
+    new = not os.path.exists(cfg.out_dir)
     lock = own_out_dir(cfg.out_dir) if proc.master else None
     try:
         return train(cfg, proc)
@@ -780,6 +781,8 @@ def main(argv=None):
     finally:
         if lock is not None:
             os.remove(lock)
+            if new and not os.listdir(cfg.out_dir):  # refused before writing: leave no trace
+                os.rmdir(cfg.out_dir)
 
 
 class Diverged(UsageError, FloatingPointError):
