@@ -160,7 +160,7 @@ def sft_policy(train, meta, config, args):
 def proxy_reward_model(data_dir, args):
     """The learned reward: `python train_rm.py` (its default nano shape and LM term) on the
     first --proxy_pairs training pairs, evaluated on all of val. Kept in cache_dir."""
-    from nanorm.checkpoints import load_reward_model  # ckpt.pt: read where a file is
+    from nanorm.ckpt import load_reward_model  # ckpt.pt: read where a file is
 
     out = os.path.join(args.cache_dir, f"proxy{args.proxy_pairs}_{args.proxy_iters}")
     ckpt = os.path.join(out, "ckpt.pt")
@@ -172,8 +172,12 @@ def proxy_reward_model(data_dir, args):
         cmd += ["--out_dir", out, "--overwrite", "true", "--max_iters", str(args.proxy_iters)]
         cmd += ["--eval_interval", str(args.proxy_iters), "--eval_first", "false"]
         cmd += ["--warmup", "20", "--dtype", "float32", "--device", "cpu"]
-        print(" ".join(cmd[1:]))
-        subprocess.run(cmd, check=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        print("python train_rm.py " + " ".join(cmd[2:]))
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if done.returncode:
+            raise RuntimeError(f"train_rm.py failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+        print(done.stdout.strip().splitlines()[-1])  # "done in ...: held-out accuracy ..."
     return load_reward_model(ckpt)[0].eval()
 
 
@@ -380,15 +384,14 @@ def log_row(path, row):
 
 
 def plot(rows, path, title=""):
-    """Proxy and gold against the step, and against sqrt(KL) (Gao et al.'s axis)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """Proxy and gold against the step, and against sqrt(KL) (Gao et al.'s axis). matplotlib's
+    object API: no pyplot, so a notebook's plotting backend is left as it was."""
+    from matplotlib.figure import Figure
 
     step = [r["step"] for r in rows]
     sqrt_kl = [math.sqrt(max(r["kl"], 0.0)) for r in rows]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig = Figure(figsize=(10, 3.6))
+    axes = fig.subplots(1, 2)
     for ax, x, label in (
         (axes[0], step, "step"),
         (axes[1], sqrt_kl, "sqrt(KL to reference), nats"),
@@ -402,7 +405,6 @@ def plot(rows, path, title=""):
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 if __name__ == "__main__":
