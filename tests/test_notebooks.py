@@ -20,6 +20,7 @@ NOTEBOOKS = [
     "04_critic.ipynb",
     "05_evaluation.ipynb",
     "06_rlhf_and_scale.ipynb",
+    "07_rl.ipynb",
 ]
 MAX_KB = 300  # stored size: pictures at 72 dpi, no embedded data
 BUDGET_S = 180  # each notebook, top to bottom, on a CPU

@@ -241,7 +241,7 @@ fig.tight_layout()
 # the model builds exactly this mask: handing it over explicitly changes nothing
 with torch.no_grad():
     logits = model(tokens, mask)
-    given = model.output(model.hidden_states(tokens, mask, positions=positions, attn_mask=allowed))
+    given = model.output(model.hidden_states(tokens, mask, positions=positions, visible=allowed))
     print("model(tokens, mask) == the same forward given positions and mask explicitly:",
           torch.allclose(logits, given, atol=1e-5))
 
@@ -272,7 +272,7 @@ diffs = {}
 with torch.no_grad():
     for name, pos in numberings.items():
         allowed = padding_mask(full, T + N)
-        batched = model.output(model.hidden_states(out, positions=pos, attn_mask=allowed))
+        batched = model.output(model.hidden_states(out, positions=pos, visible=allowed))
         for b, s in enumerate(seqs):
             real = out[b, T - len(s):]  # row b without its padding
             alone = model(real[None])[0]  # positions 0, 1, 2, ...: no padding at all

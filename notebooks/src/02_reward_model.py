@@ -30,7 +30,7 @@ from data.rows import read_pairs
 from data.tokenizer import load_tokenizer
 from model import ModelConfig
 from reward import RewardModel, accuracy, last_real_index, pairwise_loss, score_last_token
-from nanorm.checkpoints import load_reward_model
+from nanorm.ckpt import load_reward_model
 
 plt.rcParams.update({"figure.dpi": 72, "savefig.dpi": 72, "font.size": 9})
 torch.manual_seed(0)

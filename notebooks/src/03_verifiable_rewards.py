@@ -29,7 +29,7 @@ from data.arith.prepare import built_in
 from data.pairs import PairDataset
 from data.tokenizer import load_tokenizer
 from reward import accuracy
-from nanorm.checkpoints import load_reward_model
+from nanorm.ckpt import load_reward_model
 from verifiable import (
     answers_match,
     extract_answer,

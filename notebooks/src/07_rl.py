@@ -1,0 +1,252 @@
+# %% [markdown]
+# # 07 · The reward model in use: PPO against a learned reward, GRPO against a verifier
+#
+# A reward model exists to be optimized against. This notebook runs [`rl.py`](../rl.py) on the
+# built-in arithmetic questions ("What is 7 - 9?"), where a verifier knows the right answer,
+# so we can watch two rewards at once: the **proxy** (a reward model trained by `train_rm.py`
+# on a few hundred pairs), which the policy is trained on, and the **gold** (the verifier's
+# accuracy), which it never sees. We walk through one PPO step by hand:
+#
+# 1. the pieces: an SFT policy that answers, the proxy, the verifier;
+# 2. the **rollout** (KV-cache sampling) and the **reward at the last token**;
+# 3. the **per-token KL penalty** to the frozen reference policy;
+# 4. the **critic's values and GAE** on these real rollouts;
+# 5. the **update**: the clipped policy loss and the clipped value loss;
+# 6. a short live run, then the **curves** of the full runs in `bench/rl/`: the proxy climbs
+#    while the gold rises and then falls (over-optimization), and GRPO against the verifier.
+#
+# Everything here is `rl.py`'s own functions; the notebook defines none of its own.
+
+# %%
+import copy
+import importlib.util
+import math
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.abspath(".."))  # the project root
+
+import matplotlib.pyplot as plt
+import torch
+
+import rl
+from critic import Critic, gae, response_values, value_loss
+
+plt.rcParams.update({"figure.dpi": 72, "savefig.dpi": 72, "font.size": 9})
+torch.set_num_threads(1)  # a 0.2M-parameter model gains nothing from threads; kind to a shared CPU
+work = tempfile.mkdtemp(prefix="nanorm_rl_")
+
+# %% [markdown]
+# ## 1. The pieces
+#
+# `rl.proxy_reward_model` runs `python train_rm.py` on the first 300 training pairs (a small
+# set on purpose: a proxy that has seen few pairs is easy to fool); `rl.sft_policy` teaches a
+# LLaMA of the same shape to answer, by next-token cross-entropy on the right answers only.
+# Both are cached in `--cache_dir`, so `rl.py`'s later runs reuse them. The gold is
+# `RLVRRewardModel([gsm8k_reward])`: 1 when the answer is right ("The answer is 11.",
+# "#### 11", "\boxed{11}"), else 0. (Shorter than `rl.py`'s defaults, to run in a minute.)
+
+# %%
+SHORT = ["--out_dir", work, "--sft_steps", "300", "--proxy_pairs", "300", "--proxy_iters", "150"]
+args = rl.parse_args(SHORT)
+data_dir, train, val, meta, tok = rl.arith()
+proxy = rl.proxy_reward_model(data_dir, args)
+policy = rl.sft_policy(train, meta, copy.deepcopy(proxy.backbone.config), args)
+gold_rm = rl.verifier(tok)
+for m in (policy, proxy.backbone):
+    m.row_attention = False  # short rows: one padded batch is faster than row by row
+print(f"proxy: {type(proxy).__name__}, policy: {sum(p.numel() for p in policy.parameters()):,} "
+      f"parameters; {len(rl.questions(train, tok))} distinct questions")
+
+# %% [markdown]
+# ## 2. The rollout, and the reward at the last token
+#
+# `rl.rollout` left-pads the prompts (generation appends at the right end), samples with
+# `model.generate` and its KV cache, and cuts each response at its first EOS: the response mask
+# is 1 up to and including it. The proxy reads its reward at each row's **last real token**,
+# the EOS, whatever padding surrounds it (`reward.last_real_index`); the verifier decodes the
+# response and checks the answer.
+#
+# **Predict:** the SFT policy samples at temperature 1. Will it be right more or less often
+# than greedy decoding?
+
+# %%
+torch.manual_seed(0)
+qs = rl.questions(train, tok)
+prompts, answers = [q for q, _ in qs[:8]], [a for _, a in qs[:8]]
+policy.eval()
+seq, mask, P, resp_mask = rl.rollout(policy, prompts, args, meta["pad_id"], meta["eos_id"])
+last = P + resp_mask.long().sum(1) - 1  # (B,) each response's last token
+with torch.no_grad():
+    score = proxy(seq, mask)
+gold = gold_rm(seq, mask, response_start=torch.full_like(last, P), response_end=last, gt_answer=answers)
+print(f"prompts left-padded to P = {P}, responses of at most {resp_mask.size(1)} tokens\n")
+for b in range(8):
+    q, r = tok.decode(prompts[b]), tok.decode(seq[b, P:last[b] + 1].tolist())
+    print(f"{q:>22} -> {r!r:30} proxy {score[b]:+.2f}  gold {gold[b]:.0f}  (answer {answers[b]})")
+greedy = policy.generate(seq[:, :P], 16, 0.0, attention_mask=mask[:, :P])
+greedy_right = [rl.gsm8k_reward(tok.decode(greedy[b, P:].tolist()), answers[b]) for b in range(8)]
+print(f"\nsampled: {gold.mean():.2f} right; greedy: {sum(greedy_right) / 8:.2f} right")
+
+# %% [markdown]
+# ## 3. The per-token KL penalty
+#
+# PPO does not hand the score alone to the policy: every token pays for moving away from the
+# **reference** (the frozen SFT policy), `-kl_coef * (log pi - log pi_ref)`, and the last
+# token also gets the score (`rl.kl_penalty_rewards`, exercise 10). Summed over a response the
+# penalty is `-kl_coef` times the sampled log-ratio, whose mean is the KL to the reference in
+# nats: the `kl` column of `rl.jsonl`.
+#
+# **Predict:** before any update, what is the KL, and what are the per-token rewards?
+
+# %%
+reference = copy.deepcopy(policy).eval()
+with torch.no_grad():
+    old_logp = rl.token_logprobs(policy, seq, mask, P)
+    ref_logp = rl.token_logprobs(reference, seq, mask, P)
+rewards = rl.kl_penalty_rewards(old_logp, ref_logp, resp_mask, score, kl_coef=0.05)
+kl = ((old_logp - ref_logp) * resp_mask).sum(1)
+print("KL per sequence:", [round(v, 3) for v in kl.tolist()])
+print("row 0's rewards:", [round(v, 3) for v in rewards[0].tolist()])
+print("row 0's log-probabilities:", [round(v, 2) for v in old_logp[0, : int(resp_mask[0].sum())].tolist()])
+
+# %% [markdown]
+# The policy *is* the reference so far: the KL is 0 and the reward is the score at the last
+# token, 0 elsewhere. The penalty starts to bite after the first update (section 5).
+#
+# ## 4. The critic's values and GAE, on these rollouts
+#
+# `Critic.from_reward_model(proxy)` copies the proxy: at a response's last token it starts out
+# predicting the proxy's reward. `response_values` picks, for each response token, the value
+# of the state *before* it (notebook 04); `gae` turns the per-token rewards into advantages and
+# returns (gamma 1, lambda 0.95).
+
+# %%
+critic = Critic.from_reward_model(proxy)
+with torch.no_grad():
+    values = critic(seq, mask)  # (B, P + R): the value of each prefix
+old_values = response_values(values, P, resp_mask.size(1))  # (B, R)
+adv, ret = gae(rewards, old_values, resp_mask, gamma=1.0, lam=0.95)
+n0 = int(resp_mask[0].sum())
+print(f"critic at row 0's last token {values[0, last[0]]:+.3f}, proxy {score[0]:+.3f}")
+for name, row in [("rewards", rewards), ("values", old_values), ("advantages", adv), ("returns", ret)]:
+    print(f"{name:>10}", [round(v, 2) for v in row[0, :n0].tolist()])
+
+# %% [markdown]
+# The critic reproduces the proxy at the last token (the value of the full text), but the
+# values *before* each token read prefixes the reward model never saw in training, so the
+# early advantages are noisy: the critic learns them with the value loss below.
+#
+# ## 5. The update
+#
+# One minibatch of PPO: the clipped surrogate `-min(ratio * A, clip(ratio, 0.8, 1.2) * A)` on
+# whitened advantages, then `value_loss` on the critic. On the first pass the policy is the one
+# that sampled, so every ratio is 1 and nothing is clipped. After the step, the penalty of a
+# token can have either sign (the policy now likes that token more, or less, than the
+# reference does); the KL, its mean over the policy's own samples, is never negative.
+
+# %%
+policy_opt = torch.optim.AdamW(policy.parameters(), lr=1e-3, weight_decay=0.0)
+critic_opt = torch.optim.AdamW(critic.parameters(), lr=1e-3)
+policy.train()
+logp = rl.token_logprobs(policy, seq, mask, P)
+ratio = (logp - old_logp).exp()
+loss = rl.clipped_policy_loss(logp, old_logp, rl.whiten(adv, resp_mask), resp_mask, 0.2)
+print(f"ratios in [{ratio[resp_mask].min():.3f}, {ratio[resp_mask].max():.3f}], policy loss {loss.item():+.4f}")
+policy_opt.zero_grad()
+loss.backward()
+policy_opt.step()
+v_loss = value_loss(response_values(critic(seq, mask), P, resp_mask.size(1)), old_values, ret, resp_mask)
+critic_opt.zero_grad()
+v_loss.backward()
+critic_opt.step()
+policy.eval()
+with torch.no_grad():
+    new_logp = rl.token_logprobs(policy, seq, mask, P)
+print(f"value loss {v_loss.item():.4f}")
+print("row 0's KL penalty now:", [round(v, 4) for v in (-0.05 * (new_logp - ref_logp) * resp_mask)[0, :n0].tolist()])
+# the KL is an expectation under the policy: measure it on the updated policy's own samples
+torch.manual_seed(1)
+seq2, mask2, _, resp2 = rl.rollout(policy, prompts * 8, args, meta["pad_id"], meta["eos_id"])
+with torch.no_grad():
+    log_ratio = rl.token_logprobs(policy, seq2, mask2, P) - rl.token_logprobs(reference, seq2, mask2, P)
+print(f"KL to the reference after one step, on 64 fresh samples: {(log_ratio * resp2).sum(1).mean():.3f} nats")
+
+# %% [markdown]
+# ## 6. A short live run, then the full curves
+#
+# `rl.main` runs the same steps in a loop: 128 answers per step, two passes of two minibatches.
+# Ten steps here (the SFT policy and proxy come from the cache above); `rl.jsonl` gets one row
+# per step. Lines with times are left out of the notebook tests, the summary is compared.
+
+# %%
+rows = rl.main(SHORT + ["--max_steps", "10", "--seed", "0"])
+print(f"\nstep 0: kl {rows[0]['kl']:.2f}, proxy {rows[0]['proxy']:.2f}, gold {rows[0]['gold']:.2f}")
+print(f"step {rows[-1]['step']}: kl {rows[-1]['kl']:.2f}, proxy {rows[-1]['proxy']:.2f}, gold {rows[-1]['gold']:.2f}")
+
+# %% [markdown]
+# The full runs are in [`bench/rl/`](../bench/rl/README.md), each with its command (2-core CPU,
+# a few minutes each). Gao, Schulman and Hilton (2022) plot the gold reward against
+# $\sqrt{KL}$: with a proxy, gold $\approx \alpha\sqrt{KL} - \beta KL$, a rise and a fall.
+#
+# **Predict:** PPO against the proxy with a larger KL coefficient: does the gold peak come at a
+# larger or a smaller $\sqrt{KL}$, and is the final gold higher or lower?
+
+# %%
+BENCH = os.path.join("..", "bench", "rl")
+spec = importlib.util.spec_from_file_location("bench_rl_report", os.path.join(BENCH, "report.py"))
+report = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(report)  # bench/rl/report.py: load() and smooth(), as its table uses
+runs = report.load()
+ppo = {k: v for k, v in runs.items() if k.startswith("ppo")}
+fig, ax = plt.subplots(1, 3, figsize=(13, 3.6))
+for i, (name, rs) in enumerate(ppo.items()):
+    x = [math.sqrt(max(k, 0)) for k in report.smooth([r["kl"] for r in rs])]
+    ax[0].plot(x, report.smooth([r["gold"] for r in rs]), color=f"C{i}", label=name, lw=1)
+    ax[1].plot(x, report.smooth([r["proxy"] for r in rs]), color=f"C{i}", label=name, lw=1)
+ax[0].set(title="PPO against the proxy: gold", xlabel="sqrt(KL to the reference)", ylabel="verifier accuracy")
+ax[1].set(title="PPO against the proxy: proxy", xlabel="sqrt(KL to the reference)", ylabel="proxy reward")
+ax[0].legend(fontsize=7)
+for i, (name, rs) in enumerate((k, v) for k, v in runs.items() if k.startswith("grpo")):
+    ax[2].plot([r["step"] for r in rs], report.smooth([r["gold"] for r in rs]), color=f"C{i}", label=name, lw=1)
+ax[2].set(title="GRPO against the verifier", xlabel="step", ylabel="verifier accuracy")
+ax[2].legend(fontsize=7)
+fig.tight_layout()
+for name, rs in runs.items():  # 5-step moving averages: one step's gold is +-0.04
+    gold, kl = report.smooth([r["gold"] for r in rs]), report.smooth([r["kl"] for r in rs])
+    i = max(range(len(rs)), key=gold.__getitem__)
+    end = sum(r["gold"] for r in rs[-5:]) / 5  # the last 5 steps, as bench/rl/README.md's table
+    print(f"{name:>36}: gold {gold[0]:.2f} -> peak {gold[i]:.2f} at step {rs[i]['step']} "
+          f"(kl {kl[i]:.1f}) -> end {end:.2f}; proxy {rs[0]['proxy']:+.2f} -> {rs[-1]['proxy']:+.2f}")
+
+# %% [markdown]
+# What the full runs show (the table, with commands and times, is in `bench/rl/README.md`;
+# one step's gold is an average over 128 answers, about +-0.04, so read the 5-step averages):
+#
+# * **PPO against the proxy: over-optimization, clearest with seed 0.** With the proxy trained
+#   on 5,000 pairs (held-out accuracy 0.91), the gold rises for the first 20 steps, from 0.66 to
+#   about 0.72 at a KL near 0.6 nats, then falls to about 0.44 by step 100 while the proxy
+#   keeps climbing (1.8 to 4.9): the policy has found texts the proxy overrates, like
+#   `6 - 0 =0 - 6 =0 =0 -`, which never finish. Seed 1 wanders (0.58-0.71) without the fall
+#   by step 100; its 200-step run (`..._seed1_200steps`) is in the figure and the table.
+# * **A weaker proxy is exploited at a smaller KL.** Trained on 1,000 pairs (held-out 0.81),
+#   the proxy favours the `#### x` form: the policy moves nearly every answer to it (4.5 tokens
+#   at the end, against 8) and its numbers get worse. Both seeds: the gold peaks at about 0.69
+#   (KL 0.7-1.1), then ends at 0.55-0.57, below where it started, with the KL still at 2-3.
+# * **A larger KL coefficient** (0.1 against 0.02) holds the policy closer: seed 1 stays at a
+#   KL near 1.5 and ends at 0.70 (its peak 0.76); seed 0 still drifts to KL 8, and falls to
+#   0.49 rather than 0.44. Against a proxy scale of about 5, a penalty of 0.1 per nat is weak.
+# * **GRPO against the verifier** raises the gold from about 0.6 to 0.9 in 100 steps (both
+#   seeds) at a KL under 1 nat: a reward that cannot be fooled is climbed without a fall.
+#
+# **Questions.**
+# 1. Why is the KL at step 0 exactly 0, and why does `rl.jsonl`'s `kl` sometimes come out
+#    negative on one step? (It is a sampled estimate of a non-negative quantity.)
+# 2. GRPO has no critic: where does its baseline come from, and what does a group whose 8
+#    answers are all right contribute to the gradient?
+# 3. The proxy saw 300 pairs. What would you expect of the curve with a proxy trained on 3,000
+#    (`python rl.py --proxy_pairs 3000`)?
+#
+# **Exercise:** `exercises/ex10_kl_penalty.py` (write `kl_penalty_rewards`), checked by
+# `python notebooks/exercises/check.py ex10`.
