@@ -475,6 +475,10 @@ class RewardModelTrainer:
         if self.step == 0 and self.eval_first:
             self.evaluate_and_save(last=self.max_steps == 0)
         self.speed, start_step = Speedometer(), self.step
+        per_epoch = len(train) // accum if hasattr(train, "__len__") else None
+        self.total_steps = (
+            per_epoch and per_epoch * (self.max_epochs - self.start_epoch) + self.step
+        )
         interval, n_logged = {}, 0  # sums of the training figures since the last log line
         for epoch in range(self.start_epoch, self.max_epochs):
             for sampler in (train, getattr(train, "sampler", None)):  # each epoch its order
@@ -561,12 +565,14 @@ class RewardModelTrainer:
     def log_train(self, interval, n_logged, lr, steps_done):
         row = dict(step=self.step, split="train", lr=lr, steps=n_logged)
         row.update({k: v / n_logged for k, v in interval.items()})
-        steps_left = (self.max_steps or self.step) - self.step
+        steps_left = (self.max_steps or self.total_steps or self.step) - self.step
         row["tok_per_s"], line = self.speed.report(self.model, self.proc, steps_done, steps_left)
         self.log(row)
         lm = f" | lm {row['lm_loss']:.4f}" if "lm_loss" in row else ""
         lm += f" | gate acc {row['gate_acc']:.3f}" if "gate_acc" in row else ""
-        total = f"/{self.max_steps}" if self.max_steps is not None else ""
+        total = (
+            f"/{self.max_steps or self.total_steps}" if self.max_steps or self.total_steps else ""
+        )
         self.say(
             f"step {self.step}{total} | mean of {n_logged} steps: loss {row['loss']:.4f} | "
             f"acc {row['acc']:.3f}{lm} | margin {row['margin']:.3f} | lr {lr:.2e} | {line}"
