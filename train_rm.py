@@ -86,7 +86,7 @@ EVAL_SHOWN = ("loss", "acc", "margin")  # of evaluate's metrics, printed at each
 # intervals and the device may change)
 RESUME_SAME = (
     "dataset", "init", "model", "max_seq_len", "dropout", "loss", "margin", "center_coef",
-    "lm_coef", "batch_size", "grad_accum", "lr", "min_lr", "warmup", "weight_decay", "grad_clip",
+    "lm_coef", "lr", "min_lr", "warmup", "weight_decay", "grad_clip",
     "seed", "balance", "bucket", "train_layers", "length_head", "length_coef", "subset_experts",
     "gate_coef", "head_lr", "lora_rank", "lora_alpha", "epochs",
 )  # fmt: skip
@@ -639,7 +639,7 @@ class RewardModelTrainer:
             try:
                 save_checkpoint(
                     path, self.model, self.meta, self.optimizer, self.step, self.train_config,
-                    lr_scheduler=sched, **full,
+                    lr_scheduler=sched, world=self.proc.world, **full,
                 )  # fmt: skip
             except OSError as e:  # a full disk: the file written aside is gone, the old kept
                 kept = "the previous one is kept" if os.path.exists(path) else "none was written"
@@ -851,6 +851,7 @@ def train(cfg, proc):
     step = 0
     if cfg.resume:  # under FSDP a full state, scattered into the shards
         same = {k: getattr(cfg, k) for k in RESUME_SAME}
+        same["global_batch"] = cfg.batch_size * cfg.grad_accum * proc.world  # any split of it
         step = resume(ckpt_path, rm, optimizer, proc.device, meta, load_full_state, same)
         if step > cfg.max_iters:
             raise UsageError(

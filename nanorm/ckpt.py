@@ -69,6 +69,7 @@ def save_checkpoint(
     model_state=None,
     optimizer_state=None,
     lr_scheduler=None,
+    world=None,
 ):
     """Write rm (and what resuming needs, when given) to path, atomically: written aside,
     flushed to disk, then renamed, so a kill at any moment leaves the previous file whole.
@@ -92,6 +93,8 @@ def save_checkpoint(
         ckpt.update(optimizer=optimizer_state, step=step, rng=torch.get_rng_state())
         if lr_scheduler is not None:  # its state_dict: resuming needs only the step
             ckpt["lr_scheduler"] = lr_scheduler
+        if world is not None:  # the processes that trained it: the global batch is theirs
+            ckpt["world"] = world
         if torch.cuda.is_available():
             ckpt["cuda_rng"] = torch.cuda.get_rng_state_all()
     with atomic_write(path) as f:
@@ -150,15 +153,6 @@ def resume(path, rm, optimizer, device, meta, load_full_state=None, same=None):
     ckpt = load_checkpoint(path, map_location="cpu" if load_full_state else device)
     if not {"optimizer", "rng", "step"} <= ckpt.keys():
         raise UsageError(f"{path} holds no optimizer state: it cannot be resumed")
-    stored = ckpt.get("train_config") or {}
-    changed = [k for k, v in (same or {}).items() if k in stored and stored[k] != v]
-    if changed:
-        was = " ".join(f"--{k} {stored[k]}" for k in changed)
-        now = " ".join(f"--{k} {same[k]}" for k in changed)
-        raise UsageError(
-            f"--resume: {path} is a run with {was}, this one asks {now}: resume with its "
-            "options, or start afresh with --overwrite or another --out_dir"
-        )
     old = ckpt.get("data_meta") or {}
     for key in ("vocab_size", "tokenizer_fingerprint"):
         if old.get(key) is not None and meta.get(key) is not None and old[key] != meta[key]:
@@ -166,6 +160,23 @@ def resume(path, rm, optimizer, device, meta, load_full_state=None, same=None):
                 f"{path} was trained with another vocabulary ({key} {old[key]}, the dataset's "
                 f"is {meta[key]}): resume with its --dataset, or start afresh with --overwrite"
             )
+    stored = dict(ckpt.get("train_config") or {})
+    if "batch_size" in stored and "grad_accum" in stored:  # any split of one global batch
+        stored["global_batch"] = stored["batch_size"] * stored["grad_accum"] * ckpt.get("world", 1)
+    changed = [k for k, v in (same or {}).items() if k in stored and stored[k] != v]
+    if changed:
+
+        def name(k, v):
+            if k == "global_batch":
+                return f"{v} pairs a step (--batch_size x --grad_accum x processes)"
+            return f"--{k} {v}"
+
+        was = " ".join(name(k, stored[k]) for k in changed)
+        now = " ".join(name(k, same[k]) for k in changed)
+        raise UsageError(
+            f"--resume: {path} is a run with {was}, this one asks {now}: resume with its "
+            "options, or start afresh with --overwrite or another --out_dir"
+        )
     try:
         if "trainable" in ckpt:  # LoRA: the frozen base is --init's; adapters and head from here
             missing = {n for n, p in rm.named_parameters() if p.requires_grad} - ckpt[

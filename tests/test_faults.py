@@ -39,7 +39,7 @@ def test_resume_refuses_to_change_the_run_or_go_back(arith, tmp_path):
     run(arith, tmp_path, "--max_iters", 4, "--eval_interval", 2)
     before = (tmp_path / "ckpt.pt").read_bytes()
     for change, words in (
-        (["--batch_size", 4], "--batch_size 8, this one asks --batch_size 4"),
+        (["--batch_size", 4], "8 pairs a step (--batch_size x --grad_accum x processes), this one"),
         (["--lr", 0.01, "--seed", 7], "--lr 0.003 --seed 1337, this one asks --lr 0.01 --seed 7"),
         (["--dataset", arith + "/"], "--dataset"),
     ):

@@ -400,11 +400,11 @@ def test_command_line(tmp_path, capsys):
     with torch.no_grad():
         model.head.weight.normal_(std=0.1)
     ckpt = tmp_path / "rm.pt"
-    save_checkpoint(ckpt, model)
-    torch.save({**torch.load(ckpt, weights_only=True), "tokenizer": str(tok_path)}, ckpt)
+    save_checkpoint(ckpt, model)  # without a dataset's meta: it carries no tokenizer
     tok = load_tokenizer(tok_path)
 
-    main(["--ckpt", str(ckpt), "--prompt", "Once upon a time", "--response", "there was a cat."])
+    args = ["--ckpt", str(ckpt), "--tokenizer", str(tok_path), "--prompt", "Once upon a time"]
+    main([*args, "--response", "there was a cat."])
     printed = float(capsys.readouterr().out.split("reward:")[1])
     ids = tok.encode("Once upon a time", bos=True) + tok.encode("there was a cat.", eos=True)
     with torch.no_grad():
