@@ -36,17 +36,18 @@ train_rm imports eval_rm), so a prepared dataset gives train_rm's accuracy to th
 import json
 import os
 from contextlib import nullcontext
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 import nanorm.calibrate as calibrate
-from data import ArgumentParser, UsageError, run
+from data import UsageError, run
 from data.chat import chat_format
 from data.pairs import Batch, open_dataset
 from data.tokenizer import load_tokenizer
 from nanorm.ckpt import checkpoint_tokenizer, load_reward_model
-from nanorm.cli import boolean, check_device
+from nanorm.cli import REQUIRED, check_device, one_of, opt, parse_config
 from nanorm.report import Scored, best_of_n, response_lengths, write_served_report
 from nanorm.runtime import auto_dtype, dtype_context
 from reward import LogSigLoss, ranked_right
@@ -211,51 +212,60 @@ def score(rm, source, batch_size, ctx=None):
 
 
 # ----------------------------------------------------------------------------- command line
+AT_LEAST_1 = (lambda v: v is None or v >= 1, ">= 1")
+
+
+@dataclass(kw_only=True)
+class EvalConfig:
+    ckpt: str = opt(REQUIRED, "train_rm checkpoint, HF dir, .gguf, backbone")
+    data: list[str] = opt(
+        REQUIRED, "prepared dir, .jsonl(.gz) pairs, RewardBench JSONL, gsm8k:PATH"
+    )
+    out: str = opt(REQUIRED, "where eval.json and the plots go")
+    tokenizer: str | None = opt(None, "default: the checkpoint's")
+    # auto: the checkpoint's data's layout, or the tokenizer's
+    chat: str = opt("auto", "layout of raw text", one_of("auto", "plain", "chatml", "llama3"))
+    batch_size: int | None = opt(None, "default: the ckpt's training batch size", AT_LEAST_1)
+    max_len: int | None = opt(
+        None,
+        "raw text: tokens per pair (default: the model's)",
+        (lambda v: v is None or v >= 8, "at least 8, or every response is cut away"),
+    )
+    max_pairs: int | None = opt(None, "per --data (GSM8K: questions); to fit on", AT_LEAST_1)
+    device: str = opt("cpu", "cpu, cuda, cuda:N, mps")
+    # --calibrate_length: the stored one, else fit on --calibration_data's training pairs
+    calibrate_length: bool | None = opt(
+        None, "subtract a length fit (default: the stored one if any; false: raw rewards)"
+    )
+    calibration_data: str | None = opt(None, "prepared dir to fit on (default: the ckpt's)")
+    save_calibration: bool = opt(False, "store it, and mean/std, in ckpt")
+
+
+def fail(message):
+    raise UsageError(message)
+
+
 def main(argv=None):
     # the raw data sources (files, RewardBench, GSM8K labelled by verifiable.py): the command
     # line reads them, training's evaluation (evaluate, above) never does
     from data.sources import data_kind, load_source
 
-    p = ArgumentParser(description=__doc__.split("\n")[1])
-    p.add_argument("--ckpt", required=True, help="train_rm checkpoint, HF dir, .gguf, backbone")
-    data_help = "prepared dir, .jsonl(.gz) pairs, RewardBench JSONL, gsm8k:PATH"
-    p.add_argument("--data", nargs="+", required=True, help=data_help)
-    p.add_argument("--out", required=True, help="where eval.json and the plots go")
-    p.add_argument("--tokenizer", default=None, help="default: the checkpoint's")
-    layouts = ("auto", "plain", "chatml", "llama3")  # auto: the checkpoint's data, or the tok's
-    p.add_argument("--chat", default="auto", choices=layouts, help="layout of raw text")
-    p.add_argument("--batch_size", type=int, help="default: the ckpt's training batch size")
-    p.add_argument("--max_len", type=int, help="raw text: tokens per pair (default: the model's)")
-    p.add_argument("--max_pairs", type=int, help="per --data (GSM8K: questions); to fit on")
-    p.add_argument("--device", default="cpu")
-    # --calibrate_length: the stored one, else fit on --calibration_data's training pairs
-    cal_help = "subtract a length fit (default: the stored one if any; false: raw rewards)"
-    p.add_argument("--calibrate_length", type=boolean, nargs="?", const=True, help=cal_help)
-    p.add_argument("--calibration_data", help="prepared dir to fit on (default: the ckpt's)")
-    p.add_argument(
-        "--save_calibration", action="store_true", help="store it, and mean/std, in ckpt"
-    )
-    args = p.parse_args(argv)
-    for name in ("batch_size", "max_len", "max_pairs"):
-        if getattr(args, name) is not None and getattr(args, name) < 1:
-            p.error(f"--{name} must be >= 1, got {getattr(args, name)}")
-    if args.max_len is not None and args.max_len < 8:  # as data/prepare.py asks
-        p.error(f"--max_len {args.max_len}: at least 8 tokens, or every response is cut away")
+    args = parse_config(EvalConfig, argv, description=__doc__.split("\n")[1])
     if os.path.exists(args.out) and not os.path.isdir(args.out):
-        p.error(f"--out {args.out} is a file: give a folder for eval.json and the plots")
+        fail(f"--out {args.out} is a file: give a folder for eval.json and the plots")
     check_device(args.device)  # before the weights are read: a CPU build fails fast
     if not os.path.exists(args.ckpt):
-        p.error(f"--ckpt {args.ckpt} not found")
+        fail(f"--ckpt {args.ckpt} not found")
     try:
         kinds = [data_kind(spec) for spec in args.data]
     except ValueError as e:
-        p.error(str(e))
+        fail(str(e))
     try:
         rm, info = load_model(args.ckpt)  # a missing, truncated or foreign file: UsageError
     except UsageError:
         raise
     except (OSError, ValueError, KeyError, RuntimeError) as e:
-        p.error(f"{args.ckpt}: not a reward model or backbone checkpoint ({e})")
+        fail(f"{args.ckpt}: not a reward model or backbone checkpoint ({e})")
     rm = rm.to(args.device).eval()
     info["max_len"] = rm.backbone.config.max_seq_len
     # the dtype training evaluated in (its --dtype, auto's rule on the model's shape), so a
@@ -270,18 +280,18 @@ def main(argv=None):
         )
     batch_size = args.batch_size or info["batch_size"] or 32
     if args.save_calibration and info["head"] != "trained":
-        p.error(f"--save_calibration: {args.ckpt} is not a train_rm.py checkpoint (ckpt.pt)")
+        fail(f"--save_calibration: {args.ckpt} is not a train_rm.py checkpoint (ckpt.pt)")
     cal = info["record"].get("length_calibration") if args.calibrate_length is not False else None
     if args.calibrate_length and cal is None:
         dataset = args.calibration_data or info["dataset"]
         if dataset is None:
-            p.error("--calibrate_length: pass --calibration_data DIR, a prepared dataset")
+            fail("--calibrate_length: pass --calibration_data DIR, a prepared dataset")
         try:
             d, meta, (data,) = open_dataset(dataset, "train")
             print(f"fitting the length calibration on the training pairs of {d}")
             cal = fit_calibration(rm, data, meta["pad_id"], batch_size, args.max_pairs, ctx=ctx)
         except (OSError, ValueError, KeyError) as e:
-            p.error(f"--calibration_data {dataset}: {e}")
+            fail(f"--calibration_data {dataset}: {e}")
     if cal is not None:
         print(f"length calibration: {calibrate.describe(cal)}")
 
@@ -290,7 +300,7 @@ def main(argv=None):
     def tokenizer():
         if not tok_cache:
             if args.tokenizer is None and not info["has_tokenizer"]:
-                p.error(f"{args.ckpt} holds no tokenizer: pass --tokenizer")
+                fail(f"{args.ckpt} holds no tokenizer: pass --tokenizer")
             try:
                 if args.tokenizer:
                     tok = load_tokenizer(args.tokenizer)
@@ -299,7 +309,7 @@ def main(argv=None):
                 name = args.chat if args.chat != "auto" else info["meta"].get("chat_format", "auto")
                 tok_cache.append((tok, chat_format(tok, name)))
             except (OSError, ValueError) as e:
-                p.error(f"tokenizer of {args.tokenizer or args.ckpt}: {e}")
+                fail(f"tokenizer of {args.tokenizer or args.ckpt}: {e}")
         return tok_cache[0]
 
     per_subset = {}
@@ -307,10 +317,10 @@ def main(argv=None):
         try:
             source = load_source(kind, path, args, info, tokenizer)
         except (OSError, ValueError, KeyError) as e:
-            p.error(str(e))
+            fail(str(e))
         vocab = rm.backbone.config.vocab_size
         if int(source.data.tokens.max(initial=0)) >= vocab:
-            p.error(f"{spec}: token ids reach past the model's vocabulary of {vocab}")
+            fail(f"{spec}: token ids reach past the model's vocabulary of {vocab}")
         for name, scored in score(rm, source, batch_size, ctx).items():
             key = name if name not in per_subset else f"{os.path.basename(path)}:{name}"
             per_subset[key] = scored

@@ -15,6 +15,8 @@ train_rm.py, eval_rm.py, data/) lean on, one concept per file. A first reading c
     length_head.py   ODIN's length head (--length_head)
     subset_experts.py  a reward head per subset of the data, mixed by a gate (--subset_experts)
     calibrate.py     post-hoc length calibration and reward normalization
+    rl.py            the reward model in use: PPO with the critic, GRPO with the verifier
+                     (python -m nanorm.rl)
     report.py        what an evaluation reports: accuracy against length heuristics, plots
     runtime.py       a run's plumbing: processes under torchrun, out_dir, log, curves, speed
     cli.py           options as a dataclass, checked; devices

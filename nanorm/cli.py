@@ -7,7 +7,7 @@ value, so a wrong one is one line naming the option (data.UsageError, printed by
 
 import argparse
 import re
-from dataclasses import field, fields
+from dataclasses import MISSING, field, fields
 
 import torch
 
@@ -24,8 +24,14 @@ def boolean(text):
 
 # ----------------------------------------------------------------------------- options
 def opt(default, help, check=None):
-    """A config field: its default, --help text and check = (test, what the value must be)."""
+    """A config field: its default, --help text and check = (test, what the value must be).
+    default REQUIRED: the option must be given."""
+    if default is REQUIRED:
+        return field(metadata={"help": help, "check": check})
     return field(default=default, metadata={"help": help, "check": check})
+
+
+REQUIRED = object()  # opt's default for an option without one
 
 
 AT_LEAST_1 = (lambda v: v >= 1, ">= 1")
@@ -38,10 +44,10 @@ def one_of(*names):
 
 
 def value_type(f):
-    """The type an option's text is read as: its annotation's (float for `float | None`), else
-    its default's."""
+    """The type an option's text is read as: its annotation's (float for `float | None`, str
+    for `list[str]`)."""
     args = [a for a in getattr(f.type, "__args__", ()) if a is not type(None)]
-    return args[0] if args else (type(f.default) if f.default is not None else str)
+    return args[0] if args else f.type
 
 
 def parse_config(cls, argv=None, description=None):
@@ -52,11 +58,17 @@ def parse_config(cls, argv=None, description=None):
         description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
     for f in fields(cls):
-        if f.type in (bool, "bool"):
+        if value_type(f) is bool:  # bool, or bool | None (unset: None)
             kind = dict(type=boolean, nargs="?", const=True)
+        elif getattr(f.type, "__origin__", None) is list:  # list[str]: one or more values
+            kind = dict(type=f.type.__args__[0], nargs="+")
         else:
             kind = dict(type=value_type(f))
-        p.add_argument(f"--{f.name}", **kind, default=f.default, help=f.metadata.get("help"))
+        if f.default is MISSING:
+            kind["required"] = True
+        else:
+            kind["default"] = f.default
+        p.add_argument(f"--{f.name}", **kind, help=f.metadata.get("help"))
     cfg = cls(**vars(p.parse_args(argv)))
     for f in fields(cfg):
         test, must = f.metadata.get("check") or (None, None)

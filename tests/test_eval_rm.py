@@ -16,6 +16,7 @@ import eval_rm
 import nanorm.calibrate as calibrate
 import nanorm.report as report
 import train_rm
+from data import run as run_cli
 from data import sources
 from data.arith.prepare import main as prepare_arith
 from data.pairs import PairDataset, write_pairs
@@ -341,9 +342,10 @@ def test_bad_input_is_one_clear_line(trained, tmp_path, capsys, case):
         open(data, "w").write('{"prompt": "a", "chosen": "b", "rejected": "c"}\n')
     else:
         open(data, "w").write('{"text": "no pair here"}\n')
-    with pytest.raises(SystemExit) as e:
-        evaluate_cli("--ckpt", ckpt, "--data", data, "--out", tmp_path / "ev")
-    assert e.value.code != 0
+    with pytest.raises(SystemExit) as e:  # as the command line runs it: data.run
+        run_cli(eval_rm.main, [str(a) for a in ("--ckpt", ckpt, "--data", data, "--out",
+                                                tmp_path / "ev")])  # fmt: skip
+    assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "Traceback" not in err and (data if case != "missing ckpt" else ckpt) in err
     assert not (tmp_path / "ev" / "eval.json").exists()

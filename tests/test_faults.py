@@ -255,7 +255,7 @@ def test_eval_reads_json_arrays_and_refuses_a_max_len_that_cuts_everything(arith
     p = subprocess.run([*eval_rm, "--data", str(tmp_path / "pairs.json"), "--out",
                         str(tmp_path / "f"), "--max_len", "1"], cwd=ROOT, capture_output=True,
                        text=True)  # fmt: skip
-    assert p.returncode == 2 and "--max_len 1: at least 8" in p.stderr
+    assert p.returncode == 2 and "--max_len must be at least 8" in p.stderr
 
 
 def test_export_never_replaces_what_it_did_not_write(arith, tmp_path):

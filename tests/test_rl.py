@@ -1,4 +1,4 @@
-"""rl.py: the pieces of PPO and GRPO against closed forms and plain loops (the KL-shaped
+"""nanorm/rl.py: the pieces of PPO and GRPO against closed forms and plain loops (the KL-shaped
 rewards, GRPO's group advantages, the clipped loss at known ratios, the k3 estimator's
 expectation, rollout masks and log-probabilities against a step-by-step forward), and one tiny
 end-to-end step of each algorithm."""
@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 from conftest import tiny_model
 
-import rl
 from critic import gae
+from nanorm import rl
 
 
 def test_kl_penalty_rewards_closed_form():

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/../.."
 run() {
     local name=$1
     shift
-    python rl.py --cache_dir out/rl_cache --out_dir "out/rl/$name" "$@" | grep -v "^step [0-9]*/"
+    python -m nanorm.rl --cache_dir out/rl_cache --out_dir "out/rl/$name" "$@" | grep -v "^step [0-9]*/"
     cp "out/rl/$name/rl.jsonl" "bench/rl/$name.jsonl"
 }
 for seed in ${@:-0 1}; do

@@ -52,12 +52,12 @@ import torch.nn.functional as F  # noqa: E402
 import critic  # noqa: E402
 import model  # noqa: E402
 import reward  # noqa: E402
-import rl  # noqa: E402
+from nanorm import rl  # noqa: E402
 import verifiable  # noqa: E402
 
 SEEDS = range(6)  # every randomized check runs on several seeds
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # where the inputs go
-PROJECT = ("reward", "critic", "model", "verifiable", "nanorm", "train_rm", "eval_rm", "rl", "data")
+PROJECT = ("reward", "critic", "model", "verifiable", "nanorm", "train_rm", "eval_rm", "data")
 SOLUTIONS = os.path.join(HERE, "solutions")
 
 

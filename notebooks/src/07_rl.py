@@ -1,7 +1,7 @@
 # %% [markdown]
 # # 07 · The reward model in use: PPO against a learned reward, GRPO against a verifier
 #
-# A reward model exists to be optimized against. This notebook runs [`rl.py`](../rl.py) on the
+# A reward model exists to be optimized against. This notebook runs [`nanorm/rl.py`](../nanorm/rl.py) on the
 # built-in arithmetic questions ("What is 7 - 9?"), where a verifier knows the right answer,
 # so we can watch two rewards at once: the **proxy** (a reward model trained by `train_rm.py`
 # on a few hundred pairs), which the policy is trained on, and the **gold** (the verifier's
@@ -15,7 +15,7 @@
 # 6. a short live run, then the **curves** of the full runs in `bench/rl/`: the proxy climbs
 #    while the gold rises and then falls (over-optimization), and GRPO against the verifier.
 #
-# Everything here is `rl.py`'s own functions; the notebook defines none of its own.
+# Everything here is `nanorm/rl.py`'s own functions; the notebook defines none of its own.
 
 # %%
 import copy
@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.abspath(".."))  # the project root
 import matplotlib.pyplot as plt
 import torch
 
-import rl
+from nanorm import rl
 from critic import Critic, gae, response_values, value_loss
 
 plt.rcParams.update({"figure.dpi": 72, "savefig.dpi": 72, "font.size": 9})
@@ -43,9 +43,9 @@ work = tempfile.mkdtemp(prefix="nanorm_rl_")
 # `rl.proxy_reward_model` runs `python train_rm.py` on the first 300 training pairs (a small
 # set on purpose: a proxy that has seen few pairs is easy to fool); `rl.sft_policy` teaches a
 # LLaMA of the same shape to answer, by next-token cross-entropy on the right answers only.
-# Both are cached in `--cache_dir`, so `rl.py`'s later runs reuse them. The gold is
+# Both are cached in `--cache_dir`, so `nanorm/rl.py`'s later runs reuse them. The gold is
 # `RLVRRewardModel([gsm8k_reward])`: 1 when the answer is right ("The answer is 11.",
-# "#### 11", "\boxed{11}"), else 0. (Shorter than `rl.py`'s defaults, to run in a minute.)
+# "#### 11", "\boxed{11}"), else 0. (Shorter than `nanorm/rl.py`'s defaults, to run in a minute.)
 
 # %%
 SHORT = ["--out_dir", work, "--sft_steps", "300", "--proxy_pairs", "300", "--proxy_iters", "150"]
@@ -246,7 +246,7 @@ for name, rs in runs.items():  # 5-step moving averages: one step's gold is +-0.
 # 2. GRPO has no critic: where does its baseline come from, and what does a group whose 8
 #    answers are all right contribute to the gradient?
 # 3. The proxy saw 300 pairs. What would you expect of the curve with a proxy trained on 3,000
-#    (`python rl.py --proxy_pairs 3000`)?
+#    (`python -m nanorm.rl --proxy_pairs 3000`)?
 #
 # **Exercise:** `exercises/ex10_kl_penalty.py` (write `kl_penalty_rewards`), checked by
 # `python notebooks/exercises/check.py ex10`.

@@ -2,10 +2,10 @@
 The reward model in use: PPO against a learned reward, GRPO against a verifier, on the built-in
 arithmetic questions, on a laptop CPU.
 
-    python rl.py                                             # PPO against the proxy, ~4 min
-    python rl.py --algo grpo --reward verifier               # GRPO against the verifier
-    python rl.py --algo ppo --reward proxy --kl_coef 0.1 --max_steps 150 --out_dir out/rl --seed 1
-    python rl.py --proxy_pairs 1000                          # a proxy trained on fewer pairs
+    python -m nanorm.rl                                      # PPO against the proxy, ~4 min
+    python -m nanorm.rl --algo grpo --reward verifier        # GRPO against the verifier
+    python -m nanorm.rl --algo ppo --reward proxy --kl_coef 0.1 --max_steps 150 --seed 1
+    python -m nanorm.rl --proxy_pairs 1000                   # a proxy trained on fewer pairs
     bash bench/rl/run.sh                                     # the runs of bench/rl/README.md
 
 The pieces, in the order a step runs them:
@@ -35,7 +35,6 @@ re-runs the full forward (no cached hidden states).
 
 import argparse
 import copy
-import inspect
 import json
 import math
 import os
@@ -55,7 +54,7 @@ from data.tokenizer import load_tokenizer
 from model import ModelConfig, Transformer
 from verifiable import RLVRRewardModel, extract_answer, gsm8k_reward
 
-ROOT = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the project root
 
 
 def parse_args(argv=None):
@@ -196,12 +195,8 @@ def subset_of(data_dir, out, n):
 
 def verifier(tok):
     """The gold: RLVRRewardModel with gsm8k_reward ("#### x", a box, "the answer is x").
-    Called with inclusive response ends (the index of the last token), ColossalChat's contract;
-    a version of the class that reads exclusive ends by default is told so."""
-    kwargs = {"tokenizer": tok}
-    if "response_end_inclusive" in inspect.signature(RLVRRewardModel.__init__).parameters:
-        kwargs["response_end_inclusive"] = True
-    return RLVRRewardModel([gsm8k_reward], **kwargs)
+    Called with inclusive response ends (the index of the last token), ColossalChat's contract."""
+    return RLVRRewardModel([gsm8k_reward], tokenizer=tok)
 
 
 # ----------------------------------------------------------------------------- 1. rollout
