@@ -84,12 +84,11 @@ from reward import LOSSES, LMRegularizedRewardModel, LogSigLoss, PairwiseLoss, R
 EVAL_SHOWN = ("loss", "acc", "margin")  # of evaluate's metrics, printed at each evaluation
 # the options that make a run what it is: --resume refuses to change them (--max_iters, the
 # intervals and the device may change)
-RESUME_SAME = (
-    "dataset", "init", "model", "max_seq_len", "dropout", "loss", "margin", "center_coef",
-    "lm_coef", "lr", "min_lr", "warmup", "weight_decay", "grad_clip",
-    "seed", "balance", "bucket", "train_layers", "length_head", "length_coef", "subset_experts",
-    "gate_coef", "head_lr", "lora_rank", "lora_alpha", "epochs",
-)  # fmt: skip
+RESUME_SAME = tuple(
+    "dataset init model max_seq_len dropout loss margin center_coef lm_coef lr min_lr warmup "
+    "weight_decay grad_clip seed balance bucket train_layers length_head length_coef "
+    "subset_experts gate_coef head_lr lora_rank lora_alpha epochs".split()
+)
 
 # model shapes for --init scratch (a loaded checkpoint brings its own shape)
 MODELS = {
@@ -636,11 +635,9 @@ class RewardModelTrainer:
             full = dict(model_state=merged_state_dict(self.model))
         if self.proc.master:
             sched = self.lr_scheduler.state_dict() if self.lr_scheduler is not None else None
+            run = (self.model, self.meta, self.optimizer, self.step, self.train_config)
             try:
-                save_checkpoint(
-                    path, self.model, self.meta, self.optimizer, self.step, self.train_config,
-                    lr_scheduler=sched, world=self.proc.world, **full,
-                )  # fmt: skip
+                save_checkpoint(path, *run, lr_scheduler=sched, world=self.proc.world, **full)
             except OSError as e:  # a full disk: the file written aside is gone, the old kept
                 kept = "the previous one is kept" if os.path.exists(path) else "none was written"
                 raise UsageError(
