@@ -108,7 +108,8 @@ def bf16_weights(layers, ctx):
     once. The products are the same bits: autocast would cast to these very values. Norms and
     embeddings stay fp32, as under autocast. Costs 2 bytes per frozen weight while it lasts
     (half the fp32 weights again). Plain tensors only (FSDP's shards are left alone)."""
-    bf16 = isinstance(ctx, torch.autocast) and ctx.fast_dtype == torch.bfloat16
+    on = isinstance(ctx, torch.autocast) and ctx._enabled  # autocast(enabled=False) casts nothing
+    bf16 = on and ctx.fast_dtype == torch.bfloat16
     linears = [m for m in layers.modules() if isinstance(m, nn.Linear)]
     if not bf16 or any(type(m.weight.data) is not torch.Tensor for m in linears):
         yield

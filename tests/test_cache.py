@@ -97,8 +97,10 @@ def test_bf16_weights_build_autocasts_states_and_give_the_fp32_weights_back(
         assert rm.backbone.layers[1].feed_forward.w2.weight.dtype == torch.bfloat16
         assert rm.backbone.layers[1].ffn_norm.weight.dtype == torch.float32
         assert rm.backbone.layers[2].attention.wq.weight.dtype == torch.float32  # trained
-    with cache_py.bf16_weights(rm.backbone.layers[:2], nullcontext()):  # fp32 runs: untouched
-        assert rm.backbone.layers[0].attention.wq.weight.dtype == torch.float32
+    off = torch.autocast("cpu", dtype=torch.bfloat16, enabled=False)  # an autocast that is off
+    for fp32_ctx in (nullcontext(), off):  # fp32 runs: untouched
+        with cache_py.bf16_weights(rm.backbone.layers[:2], fp32_ctx):
+            assert rm.backbone.layers[0].attention.wq.weight.dtype == torch.float32
     # autocast casting the fp32 weights at every batch, as before bf16_weights
     monkeypatch.setattr(cache_py, "bf16_weights", lambda layers, ctx: nullcontext())
     build(rm.backbone, data, "train", 2, tmp_path / "cast", 0, torch.float16, say=quiet, ctx=bf16)
