@@ -190,10 +190,24 @@ class Attention(nn.Module):
             y = _flex(q, k, v, mask, gqa)
         else:
             p = self.dropout if self.training else 0.0
-            y = F.scaled_dot_product_attention(
-                q, k, v, mask, dropout_p=p, is_causal=mask is None, enable_gqa=gqa
-            )
+            y = _sdpa(q, k, v, mask, dropout_p=p, is_causal=mask is None, enable_gqa=gqa)
         return y.transpose(1, 2).reshape(B, T, -1)  # (B, T, dim)
+
+
+# PyTorch's CPU attention kernel in bf16 multiplies in bf16 tiles with AMX; without AMX (AVX512-BF16
+# alone, or no bf16 at all) it is slower than its fp32 kernel: the backward 1.65x slower, the
+# forward 1.1x, on an AMD EPYC Zen 4 (bench/README.md). There bf16 attention runs in fp32.
+_CPU_ATTENTION_FP32 = not getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
+
+
+def _sdpa(q, k, v, mask, **kw):
+    """F.scaled_dot_product_attention, bf16 on the CPU computed in fp32 where that is faster
+    (above) and rounded back to bf16: the layers around it see bf16, as under autocast."""
+    if q.dtype == torch.bfloat16 and q.device.type == "cpu" and _CPU_ATTENTION_FP32:
+        with torch.autocast("cpu", enabled=False):  # autocast would cast fp32 back to bf16
+            y = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), mask, **kw)
+        return y.to(torch.bfloat16)
+    return F.scaled_dot_product_attention(q, k, v, mask, **kw)
 
 
 @functools.cache

@@ -16,7 +16,12 @@ figure to trust, the absolute rates move with the load:
   4. the frozen layers' cache build (nanorm/cache.build, SmolLM2's bottom 26 layers, packed
      helpful-base pairs): fp32, bf16 autocast casting fp32 weights at every batch, and bf16 with
      the weights held in bf16 (cache.bf16_weights), in GFLOP/s against the bf16 matmul rate;
-  5. train_rm.py on SmolLM2, the top 2 layers trained, no cache, packed pairs of one HH subset:
+  5. the trained step from the cache, as the HH recipe runs it (bench/recipes): SmolLM2's top 4
+     layers and the head over the frozen layers' stored states, 8 packed helpful-base pairs,
+     forward, backward and AdamW: fp32, bf16 autocast (attention in fp32 on a CPU without AMX,
+     model._sdpa), and bf16 with the bf16 attention kernel, in GFLOP/s (torch's flop counter:
+     every matmul and attention product, forward and backward) against the bf16 matmul rate;
+  6. train_rm.py on SmolLM2, the top 2 layers trained, no cache, packed pairs of one HH subset:
      training tokens per second of `--dtype float32` against `--dtype bfloat16`.
 The CPU is named (lscpu's model name, and the bf16 flags it has) with torch's version and threads.
 Reads ../shared/data/smollm2/*.gguf and ../shared/data/hh-rlhf/helpful-base (prepared once into
@@ -193,6 +198,55 @@ def bench_cache_build(gguf, work, pairs, train_layers, repeats):
     return tokens, 2 * tokens * linear / 1e9, times
 
 
+def bench_cached_step(gguf, work, pairs, train_layers, repeats):
+    """One training step of SmolLM2's top train_layers layers and head from the frozen layers'
+    states (computed here once in fp32 and rounded to float16, as cache.py stores them), over
+    `pairs` packed helpful-base pairs with AdamW: fp32, bf16 autocast as model.py runs it, and
+    bf16 autocast with the bf16 attention kernel forced. Returns (real tokens, GFLOP of one
+    step, [seconds of each])."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    import model as model_py
+    import train_rm
+    from data.pairs import PairDataset, packed_attention_mask
+    from reward import RewardModel
+
+    rm = RewardModel(gguf)
+    train_rm.train_top_layers(rm, train_layers)
+    first = len(rm.backbone.layers) - train_layers
+    data = PairDataset(os.path.join(prepare_subset(gguf, work, max(64, pairs)), "train.npz"))
+    b = data.collate_packed(list(range(pairs)), 0)
+    with torch.no_grad():
+        x = rm.backbone.hidden_states(
+            b.tokens,
+            b.segments >= 0,
+            positions=b.positions,
+            visible=packed_attention_mask(b.segments),
+            layers=(0, first),
+        )
+    states = (first, x.half().float())  # what the cache gives the step
+    row = (b.tokens, b.segments, b.positions, b.chosen_end, b.rejected_end)
+    opt = torch.optim.AdamW([p for p in rm.parameters() if p.requires_grad], lr=1e-12)
+    bf16, fp32_attention = torch.autocast("cpu", dtype=torch.bfloat16), model_py._CPU_ATTENTION_FP32
+
+    def step(ctx, attention_fp32=fp32_attention):
+        model_py._CPU_ATTENTION_FP32 = attention_fp32
+        try:
+            with ctx:
+                loss, _ = rm.loss_packed(*row, states=states)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        finally:
+            model_py._CPU_ATTENTION_FP32 = fp32_attention
+
+    with FlopCounterMode(display=False) as counter:
+        step(nullcontext())
+    fns = [lambda: step(nullcontext()), lambda: step(bf16), lambda: step(bf16, False)]
+    times = interleaved(fns, repeats)
+    return int((b.segments >= 0).sum()), counter.get_total_flops() / 1e9, times
+
+
 def train_tok_s(gguf, data, dtype, steps, work):
     """Training tokens/s over the second half of a short train_rm.py run (the first half warms
     up), from its log; a fresh process each time, as a user runs it."""
@@ -226,6 +280,7 @@ def main():
     p.add_argument("--step_seq", type=int, default=96, help="longest row of the training step")
     p.add_argument("--steps_only", action="store_true", help="matmul and training steps alone")
     p.add_argument("--cache_pairs", type=int, default=16, help="pairs of the cache build")
+    p.add_argument("--step_pairs", type=int, default=8, help="pairs of the cached trained step")
     p.add_argument("--work", default=None, help="where the prepared pairs and runs go (a temp dir)")
     p.add_argument("--out", default=None, help="also write the markdown here")
     args = p.parse_args()
@@ -260,6 +315,7 @@ def main():
         print(f"bf16 autocast's final states differ from fp32's by {rel:.2%} (relative norm)")
         if os.path.exists(os.path.join(SHARED, "hh-rlhf", "helpful-base")):
             cache_table(gguf[0], work, args, g16, lines)
+            cached_step_table(gguf[0], work, args, g16, lines)
         have_hh = os.path.exists(os.path.join(SHARED, "hh-rlhf", "helpful-base"))
         if args.skip_train or not have_hh:
             print("train_rm.py part skipped" + ("" if have_hh else ": no HH-RLHF data"))
@@ -326,6 +382,34 @@ def cache_table(gguf, work, args, matmul16, lines):
         table.append(
             f"| {name} | {t:.2f} | {args.cache_pairs / t:.2f} | {rate:.0f} | "
             f"{rate / matmul16:.0%} | {t32 / t:.2f}x |"
+        )
+    print("\n".join(table), flush=True)
+    lines += table
+
+
+def cached_step_table(gguf, work, args, matmul16, lines):
+    """The trained step from the cache three ways, with GFLOP/s against the bf16 matmul rate."""
+    k, pairs = 4, args.step_pairs
+    tokens, gflop, (t32, t16, t16_attn) = bench_cached_step(gguf, work, pairs, k, args.repeats)
+    table = [
+        "",
+        f"Trained step from the cache (the HH recipe's): SmolLM2-135M's top {k} layers and the "
+        f"head, {pairs} packed helpful-base pairs ({tokens:,} tokens, {gflop:.0f} GFLOP forward "
+        f"and backward), AdamW, median of {args.repeats}; GFLOP/s against this CPU's bf16 "
+        f"matmul ({matmul16:.0f} GFLOP/s):",
+        "",
+        "| trained step | seconds | pairs/s | GFLOP/s | of the bf16 matmul | vs fp32 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, t in (
+        ("fp32", t32),
+        ("bf16 autocast (model.py: attention in fp32 without AMX)", t16),
+        ("bf16 autocast, attention in bf16", t16_attn),
+    ):
+        rate = gflop / t
+        table.append(
+            f"| {name} | {t:.2f} | {pairs / t:.2f} | {rate:.0f} | {rate / matmul16:.0%} | "
+            f"{t32 / t:.2f}x |"
         )
     print("\n".join(table), flush=True)
     lines += table

@@ -158,6 +158,32 @@ def test_bf16_autocast_rewards_are_fp32_within_bf16_rounding():
     assert torch.equal(d32[clear].sign(), d16[clear].sign())
 
 
+@pytest.mark.parametrize("amx", [False, True])
+def test_bf16_attention_on_a_cpu_without_amx_runs_in_fp32(monkeypatch, amx):
+    """Under bf16 autocast, model._sdpa's output is bf16 either way; without AMX it is fp32
+    SDPA of the bf16 inputs rounded once (bit for bit), with AMX the bf16 kernel's. Gradients
+    reach q, k and v in their own dtype."""
+    import torch.nn.functional as F
+
+    import model
+
+    monkeypatch.setattr(model, "_CPU_ATTENTION_FP32", not amx)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, h, 24, 16, generator=g) for h in (4, 2, 2))
+    q, k, v = (t.bfloat16().requires_grad_() for t in (q, k, v))
+    mask = torch.rand(2, 1, 24, 24, generator=g) < 0.7
+    mask[..., 0] = True  # every query reads a key
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = model._sdpa(q, k, v, mask, enable_gqa=True)
+    qf, kf, vf = (t.detach().float() for t in (q, k, v))
+    fp32 = F.scaled_dot_product_attention(qf, kf, vf, mask, enable_gqa=True).bfloat16()
+    bf16 = F.scaled_dot_product_attention(q.detach(), k.detach(), v.detach(), mask, enable_gqa=True)
+    assert y.dtype == torch.bfloat16 and not torch.equal(fp32, bf16)  # the kernels differ
+    assert torch.equal(y, bf16 if amx else fp32)
+    y.float().square().sum().backward()
+    assert all(t.grad is not None and t.grad.dtype == torch.bfloat16 for t in (q, k, v))
+
+
 def test_cache_built_under_bf16_autocast_is_fp32s_within_rounding(tmp_path):
     g = np.random.default_rng(0)
     items = [tuple(g.integers(1, V, int(n)) for n in g.integers(1, 30, 3)) for _ in range(13)]
