@@ -194,9 +194,9 @@ class Attention(nn.Module):
         return y.transpose(1, 2).reshape(B, T, -1)  # (B, T, dim)
 
 
-# PyTorch's CPU attention kernel in bf16 multiplies in bf16 tiles with AMX; without AMX (AVX512-BF16
-# alone, or no bf16 at all) it is slower than its fp32 kernel: the backward 1.65x slower, the
-# forward 1.1x, on an AMD EPYC Zen 4 (bench/README.md). There bf16 attention runs in fp32.
+# PyTorch's CPU attention kernel multiplies bf16 through oneDNN's AMX tiles where the CPU has AMX;
+# without AMX (AVX512-BF16 alone, or no bf16 at all) it is slower in bf16 than in fp32: backward
+# 1.64x, forward 1.1-1.2x on an AMD EPYC Zen 4 (bench/README.md). There bf16 attention runs in fp32.
 _CPU_ATTENTION_FP32 = not getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
 
 

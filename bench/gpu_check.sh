@@ -21,7 +21,8 @@
 #   7. hh          GPU_CHECK_HH=1: bench/recipes/hh_smollm2.sh with every layer trained (LAYERS=0),
 #                  its time and per-subset accuracy (needs the shared data)
 # --dry-run runs the same steps on the CPU: device cpu, gloo instead of NCCL, a few steps, a few
-# pairs (the HH recipe on 10 pairs per subset, 64 tokens), --compile's path with the compiler
+# pairs (the HH recipe on 10 pairs per subset, 64 tokens), the bench in bf16 autocast as on CUDA
+# (its check that the contenders' losses agree included), --compile's path with the compiler
 # off (TORCHDYNAMO_DISABLE=1), so that the script cannot rot unnoticed (~2 min on 2 cores).
 # The data steps read ../shared/data (SHARED=...) and are skipped where it is absent.
 set -uo pipefail
@@ -37,7 +38,7 @@ OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX")}
 mkdir -p "$OUT"
 if [ "$DRY" = 1 ]; then
     export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} # as torchrun sets it: steady on a shared CPU
-    DEV=cpu ITERS=4 EVAL_PAIRS=32 BENCH=(--device cpu --quick --threads 1)
+    DEV=cpu ITERS=4 EVAL_PAIRS=32 BENCH=(--device cpu --quick --threads 1 --dtype bfloat16)
     PARITY=(--device cpu --pairs 4 --dim 64 --layers 2)
 else
     if ! python -c "import torch, sys; sys.exit(not torch.cuda.is_available())"; then
