@@ -112,6 +112,20 @@ def auto_dtype(device, config=None):
     return "float32"  # mps: its bf16 autocast is not measured here
 
 
+def same_fp32_on_every_cpu():
+    """Make fp32 matrix products on the CPU round alike on every x86 CPU, Intel or AMD: sets
+    MKL_CBWR=COMPATIBLE (unless MKL_CBWR is already set), MKL's reproducible code branch. A
+    fp32 training run is chaotic: products summed in another order (MKL picks its kernels by
+    the CPU: AVX-512 ones on an Intel Xeon, others on an AMD EPYC) drift apart over hundreds of
+    steps, so the default run and the notebooks printed other figures on each machine (held-out
+    0.993 against 0.996, eval losses 10% apart). The price: those products run about 2.2x
+    slower, the default run 1.2x (bench/README.md); PyTorch's own kernels are the same code on
+    both CPUs (both AVX-512). MKL reads the setting at its first product, so call this before
+    the process's first matmul. Returns whether the branch is COMPATIBLE."""
+    os.environ.setdefault("MKL_CBWR", "COMPATIBLE")
+    return os.environ["MKL_CBWR"] == "COMPATIBLE"
+
+
 def dtype_context(device, dtype):
     """bf16 autocast on device's type for dtype "bfloat16", else nothing."""
     if dtype == "bfloat16":
@@ -124,7 +138,17 @@ def with_dtype(proc, option, config):
     auto_dtype's rule to the model's ModelConfig config, "float32" and "bfloat16" are taken as
     given."""
     dtype = auto_dtype(proc.device, config) if option == "auto" else option
+    pin_small_fp32(proc.device, dtype, config)
     return replace(proc, dtype=dtype, ctx=dtype_context(proc.device, dtype))
+
+
+def pin_small_fp32(device, dtype, config):
+    """A small model's fp32 run on the CPU (narrower than BF16_MIN_DIM: the default run's, the
+    notebooks') computes the same bits on every x86 CPU (same_fp32_on_every_cpu), so its
+    figures are any machine's. Wider fp32 models keep MKL's fastest kernels: there the products
+    are most of the step, and 2.2x slower products would cost nearly that much."""
+    if device == "cpu" and dtype == "float32" and config.dim < BF16_MIN_DIM:
+        same_fp32_on_every_cpu()
 
 
 def setup_processes(cfg):

@@ -206,3 +206,59 @@ def test_cache_key_holds_the_dtype_and_fp32s_key_is_unchanged(tmp_path):
     k = cache_key(tmp_path / "ckpt", first=2)
     assert k == cache_key(tmp_path / "ckpt", first=2, dtype="float32")  # earlier fp32 caches
     assert cache_key(tmp_path / "ckpt", first=2, dtype="bfloat16") != k
+
+
+@pytest.mark.parametrize(
+    "device,dtype,dim,pinned",
+    [
+        ("cpu", "float32", 64, True),  # the default run, the notebooks
+        ("cpu", "float32", 576, False),  # SmolLM2 in fp32: MKL's fastest kernels
+        ("cpu", "bfloat16", 64, False),  # oneDNN computes bf16: MKL's branch is moot
+        ("cuda", "float32", 64, False),
+    ],
+)
+def test_small_fp32_cpu_runs_pin_mkls_reproducible_branch(monkeypatch, device, dtype, dim, pinned):
+    monkeypatch.delenv("MKL_CBWR", raising=False)
+    config = ModelConfig(dim=dim, n_layers=1, n_heads=4, n_kv_heads=4, vocab_size=V)
+    runtime.pin_small_fp32(device, dtype, config)
+    assert (runtime.os.environ.get("MKL_CBWR") == "COMPATIBLE") == pinned
+    monkeypatch.setenv("MKL_CBWR", "AUTO")  # the user's choice stays
+    runtime.pin_small_fp32(device, dtype, config)
+    assert runtime.os.environ["MKL_CBWR"] == "AUTO"
+
+
+PRODUCT = """
+import hashlib, sys, torch
+sys.path.insert(0, {root!r})
+from model import ModelConfig
+from nanorm import runtime
+if {pin}:
+    runtime.pin_small_fp32("cpu", "float32", ModelConfig(dim=64, n_heads=4, vocab_size=97))
+torch.manual_seed(0)
+a, b = torch.randn(257, 64), torch.randn(64, 192)
+print(hashlib.sha256((a @ b).numpy().tobytes()).hexdigest())
+"""
+
+
+def test_the_pin_reaches_mkl_before_the_first_product():
+    """In a fresh process, pin_small_fp32 before the first matmul gives MKL_CBWR=COMPATIBLE's
+    bits (set from outside); where MKL's own choice rounds otherwise, it changed them."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    def product(pin, cbwr):
+        env = {k: v for k, v in os.environ.items() if k != "MKL_CBWR"}
+        env |= {"MKL_CBWR": cbwr} if cbwr else {}
+        code = PRODUCT.format(root=str(ROOT), pin=pin)
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    assert product(True, None) == product(False, "COMPATIBLE")
+    auto = product(False, None)
+    if auto == product(False, "COMPATIBLE"):
+        pytest.skip("MKL's default kernels round like its COMPATIBLE branch on this CPU")
+    assert product(True, None) != auto

@@ -6,6 +6,10 @@
 # The SFT policy and the proxies are trained once, into out/rl_cache, and reused by every run.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# The curves here were measured with MKL's own kernels on the AMD EPYC (MKL_CBWR=AUTO), which
+# this keeps; MKL_CBWR=COMPATIBLE bash bench/rl/run.sh gives the curves every x86 CPU computes
+# alike (train_rm.py's default for small fp32 models, nanorm/runtime.py), other in detail.
+export MKL_CBWR=${MKL_CBWR:-AUTO}
 run() {
     local name=$1
     shift

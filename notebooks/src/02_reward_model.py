@@ -31,10 +31,12 @@ from data.tokenizer import load_tokenizer
 from model import ModelConfig
 from reward import RewardModel, accuracy, last_real_index, pairwise_loss, score_last_token
 from nanorm.ckpt import load_reward_model
+from nanorm.runtime import same_fp32_on_every_cpu
 
 plt.rcParams.update({"figure.dpi": 72, "savefig.dpi": 72, "font.size": 9})
 torch.manual_seed(0)
 torch.set_num_threads(1)  # a 0.2M-parameter model gains nothing from threads; kind to a shared CPU
+same_fp32_on_every_cpu()  # MKL's reproducible branch: what any x86 CPU prints, Intel or AMD
 # ../shared/data holds the real data sets; NANORM_DATA=none runs the small fallbacks instead
 DATA = os.environ.get("NANORM_DATA", os.path.join("..", "..", "shared", "data"))
 HH = os.path.join(DATA, "hh-rlhf")

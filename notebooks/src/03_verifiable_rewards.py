@@ -40,10 +40,12 @@ from verifiable import (
     gsm8k_reward,
     overlong_penalty,
 )
+from nanorm.runtime import same_fp32_on_every_cpu
 
 plt.rcParams.update({"figure.dpi": 72, "savefig.dpi": 72, "font.size": 9})
 torch.manual_seed(0)
 torch.set_num_threads(1)  # a 0.2M-parameter model gains nothing from threads; kind to a shared CPU
+same_fp32_on_every_cpu()  # MKL's reproducible branch: what any x86 CPU prints, Intel or AMD
 # ../shared/data holds the real data sets; NANORM_DATA=none runs the small fallbacks instead
 DATA = os.environ.get("NANORM_DATA", os.path.join("..", "..", "shared", "data"))
 read_jsonl = lambda path: [json.loads(line) for line in open(path, encoding="utf-8")]

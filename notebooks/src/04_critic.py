@@ -23,10 +23,12 @@ from critic import Critic, gae, response_values, value_loss
 from data.tokenizer import load_tokenizer
 from model import ModelConfig
 from reward import RewardModel
+from nanorm.runtime import same_fp32_on_every_cpu
 
 plt.rcParams.update({"figure.dpi": 72, "savefig.dpi": 72, "font.size": 9})
 torch.manual_seed(0)
 torch.set_num_threads(1)  # tiny models: one thread is as fast, and kind to a shared CPU
+same_fp32_on_every_cpu()  # MKL's reproducible branch: what any x86 CPU prints, Intel or AMD
 # ../shared/data holds the real data sets; NANORM_DATA=none runs the small fallbacks instead
 DATA = os.environ.get("NANORM_DATA", os.path.join("..", "..", "shared", "data"))
 STORIES = os.path.join(DATA, "llama2c", "stories260K")

@@ -36,9 +36,11 @@ from data.hh_rlhf.prepare import main as prepare_hh
 from data.pairs import PairDataset
 from data.rows import read_pairs
 from data.tokenizer import load_tokenizer
+from nanorm.runtime import same_fp32_on_every_cpu
 
 plt.rcParams.update({"figure.dpi": 72, "savefig.dpi": 72, "font.size": 9})
 torch.set_num_threads(1)  # a 0.2M-parameter model gains nothing from threads; kind to a shared CPU
+same_fp32_on_every_cpu()  # MKL's reproducible branch: what any x86 CPU prints, Intel or AMD
 # ../shared/data holds the real data sets; NANORM_DATA=none runs the small fallbacks instead
 SHARED = os.environ.get("NANORM_DATA", os.path.join("..", "..", "shared", "data"))
 HH = os.path.join(SHARED, "hh-rlhf")
@@ -183,7 +185,7 @@ fig.tight_layout()
 # * on **harmless-base**, where the preferred answer is usually the shorter one, its accuracy
 #   falls to about `longer_wins`, below chance;
 # * on the **length trap** it prefers the padded answer to the same answer without padding in
-#   more than four pairs of five (accuracy 0.17 in the stored run), although the padding adds
+#   about four pairs of five (accuracy 0.20 in the stored run), although the padding adds
 #   nothing. (Its `longer_wins` is not 0:
 #   an answer longer than 192 tokens keeps only its end, so some trap pairs tie in length.) A policy optimised against this reward would
 #   learn to add such sentences (the "thanks" exploit reported against DeepSpeed-Chat).

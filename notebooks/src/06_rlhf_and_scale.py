@@ -39,9 +39,11 @@ from data.arith.prepare import built_in
 from model import ModelConfig, Transformer
 from reward import LogSigLoss, RewardModel
 from train_rm import MODELS, RewardModelTrainer
+from nanorm.runtime import same_fp32_on_every_cpu
 
 plt.rcParams.update({"figure.dpi": 72, "savefig.dpi": 72, "font.size": 9})
 torch.set_num_threads(1)  # tiny models gain nothing from threads; kind to a shared CPU
+same_fp32_on_every_cpu()  # MKL's reproducible branch: what any x86 CPU prints, Intel or AMD
 built_in()  # data/arith/, the built-in pairs, made on first use
 work = tempfile.mkdtemp(prefix="nanorm_scale_")
 

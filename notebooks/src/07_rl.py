@@ -32,9 +32,11 @@ import torch
 
 from nanorm import rl
 from critic import Critic, gae, response_values, value_loss
+from nanorm.runtime import same_fp32_on_every_cpu
 
 plt.rcParams.update({"figure.dpi": 72, "savefig.dpi": 72, "font.size": 9})
 torch.set_num_threads(1)  # a 0.2M-parameter model gains nothing from threads; kind to a shared CPU
+same_fp32_on_every_cpu()  # MKL's reproducible branch: what any x86 CPU prints, Intel or AMD
 work = tempfile.mkdtemp(prefix="nanorm_rl_")
 
 # %% [markdown]
