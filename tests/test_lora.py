@@ -112,7 +112,11 @@ def ddp_model():
 
 
 def train_steps(model, chosen, cmask, rejected, rmask, steps=2):
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    # SGD, whose step is the gradient times lr: what DDP must get right is the gradient (the
+    # mean over both ranks' rows). AdamW divides each gradient by its own size, so an entry
+    # whose gradient is float noise (summed in another order by 2 processes than by 1) gets a
+    # full step of either sign, and the comparison would test the summation order
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.05)
     for _ in range(steps):
         # DDP's forward hook needs forward() itself: forward_pair runs the 2B rows in one call
         r = model(torch.cat([chosen, rejected]), torch.cat([cmask, rmask]))
