@@ -358,61 +358,62 @@ def step_table(args, lines):
     lines += table
 
 
-def cache_table(gguf, work, args, matmul16, lines):
-    """The frozen layers' cache build three ways, with GFLOP/s against the bf16 matmul rate."""
-    tokens, gflop, (t32, tcast, theld) = bench_cache_build(
-        gguf, work, args.cache_pairs, 4, args.repeats
-    )
+def rate_table(title, kind, pairs, gflop, matmul16, timed):
+    """Markdown rows of timed variants [(name, seconds)], fp32 first: seconds, pairs/s, GFLOP/s,
+    their share of the bf16 matmul rate and the speed-up over fp32; printed, and returned."""
+    t32 = timed[0][1]
     table = [
         "",
-        f"Cache build (nanorm/cache.build), SmolLM2-135M's bottom 26 layers over {args.cache_pairs} "
-        f"packed helpful-base pairs ({tokens:,} tokens, {gflop:.0f} GFLOP of weight matmuls), "
-        f"median of {args.repeats}; GFLOP/s against this CPU's bf16 matmul ({matmul16:.0f} GFLOP/s, "
-        f"{args.n}x{args.n}):",
+        title,
         "",
-        "| cache build | seconds | pairs/s | GFLOP/s | of the bf16 matmul | vs fp32 |",
-        "|---|---|---|---|---|---|",
+        f"| {kind} | seconds | pairs/s | GFLOP/s | of the bf16 matmul | vs fp32 |",
     ]
-    for name, t in (
-        ("fp32", t32),
-        ("bf16 autocast, fp32 weights cast at every batch", tcast),
-        ("bf16 autocast, weights held in bf16 (bf16_weights)", theld),
-    ):
-        rate = gflop / t
-        table.append(
-            f"| {name} | {t:.2f} | {args.cache_pairs / t:.2f} | {rate:.0f} | "
-            f"{rate / matmul16:.0%} | {t32 / t:.2f}x |"
-        )
-    print("\n".join(table), flush=True)
-    lines += table
-
-
-def cached_step_table(gguf, work, args, matmul16, lines):
-    """The trained step from the cache three ways, with GFLOP/s against the bf16 matmul rate."""
-    k, pairs = 4, args.step_pairs
-    tokens, gflop, (t32, t16, t16_attn) = bench_cached_step(gguf, work, pairs, k, args.repeats)
-    table = [
-        "",
-        f"Trained step from the cache (the HH recipe's): SmolLM2-135M's top {k} layers and the "
-        f"head, {pairs} packed helpful-base pairs ({tokens:,} tokens, {gflop:.0f} GFLOP forward "
-        f"and backward), AdamW, median of {args.repeats}; GFLOP/s against this CPU's bf16 "
-        f"matmul ({matmul16:.0f} GFLOP/s):",
-        "",
-        "| trained step | seconds | pairs/s | GFLOP/s | of the bf16 matmul | vs fp32 |",
-        "|---|---|---|---|---|---|",
-    ]
-    for name, t in (
-        ("fp32", t32),
-        ("bf16 autocast (model.py: attention in fp32 without AMX)", t16),
-        ("bf16 autocast, attention in bf16", t16_attn),
-    ):
+    table.append("|---|---|---|---|---|---|")
+    for name, t in timed:
         rate = gflop / t
         table.append(
             f"| {name} | {t:.2f} | {pairs / t:.2f} | {rate:.0f} | {rate / matmul16:.0%} | "
             f"{t32 / t:.2f}x |"
         )
     print("\n".join(table), flush=True)
-    lines += table
+    return table
+
+
+def cache_table(gguf, work, args, matmul16, lines):
+    """The frozen layers' cache build three ways, with GFLOP/s against the bf16 matmul rate."""
+    tokens, gflop, (t32, tcast, theld) = bench_cache_build(
+        gguf, work, args.cache_pairs, 4, args.repeats
+    )
+    title = (
+        f"Cache build (nanorm/cache.build), SmolLM2-135M's bottom 26 layers over {args.cache_pairs} "
+        f"packed helpful-base pairs ({tokens:,} tokens, {gflop:.0f} GFLOP of weight matmuls), "
+        f"median of {args.repeats}; GFLOP/s against this CPU's bf16 matmul ({matmul16:.0f} GFLOP/s, "
+        f"{args.n}x{args.n}):"
+    )
+    timed = [
+        ("fp32", t32),
+        ("bf16 autocast, fp32 weights cast at every batch", tcast),
+        ("bf16 autocast, weights held in bf16 (bf16_weights)", theld),
+    ]
+    lines += rate_table(title, "cache build", args.cache_pairs, gflop, matmul16, timed)
+
+
+def cached_step_table(gguf, work, args, matmul16, lines):
+    """The trained step from the cache three ways, with GFLOP/s against the bf16 matmul rate."""
+    k, pairs = 4, args.step_pairs
+    tokens, gflop, (t32, t16, t16_attn) = bench_cached_step(gguf, work, pairs, k, args.repeats)
+    title = (
+        f"Trained step from the cache (the HH recipe's): SmolLM2-135M's top {k} layers and the "
+        f"head, {pairs} packed helpful-base pairs ({tokens:,} tokens, {gflop:.0f} GFLOP forward "
+        f"and backward), AdamW, median of {args.repeats}; GFLOP/s against this CPU's bf16 "
+        f"matmul ({matmul16:.0f} GFLOP/s):"
+    )
+    timed = [
+        ("fp32", t32),
+        ("bf16 autocast (model.py: attention in fp32 without AMX)", t16),
+        ("bf16 autocast, attention in bf16", t16_attn),
+    ]
+    lines += rate_table(title, "trained step", pairs, gflop, matmul16, timed)
 
 
 def finish(args, head, lines):
