@@ -121,7 +121,9 @@ def same_fp32_on_every_cpu():
     0.993 against 0.996, eval losses 10% apart). The price: those products run about 2.2x
     slower, the default run 1.2x (bench/README.md); PyTorch's own kernels are the same code on
     both CPUs (both AVX-512). MKL reads the setting at its first product, so call this before
-    the process's first matmul. Returns whether the branch is COMPATIBLE."""
+    the process's first matmul. An empty MKL_CBWR keeps MKL's own choice (bench/rl/run.sh's
+    recorded curves); AUTO is not that, but a reproducible mode of its own. Returns whether the
+    branch is COMPATIBLE."""
     os.environ.setdefault("MKL_CBWR", "COMPATIBLE")
     return os.environ["MKL_CBWR"] == "COMPATIBLE"
 

@@ -222,9 +222,10 @@ def test_small_fp32_cpu_runs_pin_mkls_reproducible_branch(monkeypatch, device, d
     config = ModelConfig(dim=dim, n_layers=1, n_heads=4, n_kv_heads=4, vocab_size=V)
     runtime.pin_small_fp32(device, dtype, config)
     assert (runtime.os.environ.get("MKL_CBWR") == "COMPATIBLE") == pinned
-    monkeypatch.setenv("MKL_CBWR", "AUTO")  # the user's choice stays
-    runtime.pin_small_fp32(device, dtype, config)
-    assert runtime.os.environ["MKL_CBWR"] == "AUTO"
+    for choice in ("AUTO", ""):  # the user's choice stays; empty: MKL's own kernels
+        monkeypatch.setenv("MKL_CBWR", choice)
+        runtime.pin_small_fp32(device, dtype, config)
+        assert runtime.os.environ["MKL_CBWR"] == choice
 
 
 PRODUCT = """

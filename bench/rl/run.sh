@@ -6,10 +6,11 @@
 # The SFT policy and the proxies are trained once, into out/rl_cache, and reused by every run.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-# The curves here were measured with MKL's own kernels on the AMD EPYC (MKL_CBWR=AUTO), which
-# this keeps; MKL_CBWR=COMPATIBLE bash bench/rl/run.sh gives the curves every x86 CPU computes
-# alike (train_rm.py's default for small fp32 models, nanorm/runtime.py), other in detail.
-export MKL_CBWR=${MKL_CBWR:-AUTO}
+# The curves here were measured with MKL's own kernels on the AMD EPYC: an empty MKL_CBWR keeps
+# them (train_rm.py pins small fp32 runs to MKL_CBWR=COMPATIBLE only where it is unset, and AUTO
+# is a mode of its own); MKL_CBWR=COMPATIBLE bash bench/rl/run.sh gives the curves every x86 CPU
+# computes alike (nanorm/runtime.py), other in detail.
+export MKL_CBWR="${MKL_CBWR-}"
 run() {
     local name=$1
     shift
