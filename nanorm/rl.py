@@ -52,6 +52,7 @@ from critic import Critic, gae, masked_mean, response_values, value_loss
 from data.pairs import PairDataset, right_pad
 from data.tokenizer import load_tokenizer
 from model import ModelConfig, Transformer
+from nanorm.runtime import same_fp32_on_every_cpu
 from verifiable import RLVRRewardModel, extract_answer, gsm8k_reward
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the project root
@@ -268,6 +269,7 @@ def main(argv=None):
     os.makedirs(args.out_dir, exist_ok=True)
     # a 0.2M-parameter model: one thread is as fast as two, and never waits on a busy core
     torch.set_num_threads(1)
+    same_fp32_on_every_cpu()  # fp32 on the CPU, small: the same curves on any x86 CPU
     data_dir, train, _, meta, tok = arith()
     pad_id, eos_id = meta["pad_id"], meta["eos_id"]
     t_setup = time.time()
