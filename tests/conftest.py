@@ -11,7 +11,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
 sys.path.insert(0, str(ROOT))  # tests import model, reward, ... from the project root
-# MKL's reproducible branch for the whole session, before its first product (nanorm/runtime.py
+# MKL's reproducible branch for the whole test run, before its first product (nanorm/runtime.py
 # same_fp32_on_every_cpu): the runs train_rm.py starts in this process and in subprocesses then
 # compute alike, as they do for a user, whatever test ran first
 os.environ.setdefault("MKL_CBWR", "COMPATIBLE")
