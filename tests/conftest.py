@@ -1,7 +1,6 @@
 """Shared test helpers: where the shared data lives, a skip when it is absent, one tiny model
 factory and a tiny batch of preference pairs."""
 
-import os
 import sys
 from pathlib import Path
 
@@ -11,10 +10,12 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
 sys.path.insert(0, str(ROOT))  # tests import model, reward, ... from the project root
-# MKL's reproducible branch for the whole test run, before its first product (nanorm/runtime.py
-# same_fp32_on_every_cpu): the runs train_rm.py starts in this process and in subprocesses then
-# compute alike, as they do for a user, whatever test ran first
-os.environ.setdefault("MKL_CBWR", "COMPATIBLE")
+from nanorm.runtime import same_fp32_on_every_cpu  # noqa: E402
+
+# MKL's reproducible branch for the whole test run, before its first product: the runs
+# train_rm.py starts in this process and in subprocesses then compute alike, as they do for a
+# user, whatever test ran first
+same_fp32_on_every_cpu()
 
 # a model small enough for any test: two layers, grouped-query attention, an odd vocabulary
 TINY = dict(dim=32, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=61, hidden_dim=64)
