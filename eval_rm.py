@@ -44,12 +44,12 @@ import torch.distributed as dist
 import nanorm.calibrate as calibrate
 from data import UsageError, run
 from data.chat import chat_format
-from data.pairs import Batch, open_dataset
+from data.pairs import as_batch, open_dataset
 from data.tokenizer import load_tokenizer
 from nanorm.ckpt import checkpoint_tokenizer, load_reward_model
 from nanorm.cli import REQUIRED, check_device, one_of, opt, parse_config
 from nanorm.report import Scored, best_of_n, response_lengths, write_served_report
-from nanorm.runtime import auto_dtype, dtype_context, pin_small_fp32
+from nanorm.runtime import all_reduce_sum, auto_dtype, dtype_context, pin_small_fp32
 from reward import LogSigLoss, ranked_right
 
 
@@ -127,36 +127,6 @@ def evaluate(
         for r, shard in enumerate(shards):
             rewards[r::world] = shard
     return metrics, rewards
-
-
-def as_batch(batch):
-    """A Batch from ColossalChat's preference batch, the dict its collator makes
-    ({chosen,reject}_input_ids, {chosen,reject}_attention_mask, and chosen_loss_mask, 1 on the
-    chosen response, which the LM term reads); nanoRM's Batch and PackedBatch are returned as
-    they are."""
-    if not isinstance(batch, dict):
-        return batch
-    keys = (
-        "chosen_input_ids",
-        "chosen_attention_mask",
-        "reject_input_ids",
-        "reject_attention_mask",
-    )
-    if not isinstance(batch, dict) or not set(keys) <= batch.keys():
-        raise ValueError(f"a preference batch is a Batch or a dict with keys {keys}")
-    chosen, c_mask, rejected, r_mask = (batch[k] for k in keys)
-    response = batch.get("chosen_loss_mask", c_mask)
-    n_tokens = int(c_mask.sum()) + int(r_mask.sum())
-    return Batch(chosen, c_mask, rejected, r_mask, response, n_tokens, batch.get("groups"))
-
-
-def all_reduce_sum(metrics, world, device):
-    """A dict of numbers summed over the ranks, in one all_reduce."""
-    if world == 1:
-        return metrics
-    t = torch.tensor(list(metrics.values()), dtype=torch.float64, device=device)
-    dist.all_reduce(t)
-    return dict(zip(metrics, t.tolist(), strict=True))
 
 
 # ----------------------------------------------------------------------------- the model

@@ -50,13 +50,14 @@ from data import UsageError, run
 from data.pairs import (
     BALANCE,
     DATA,
+    as_batch,
     balance_weights,
     balanced_order,
     bucketed_order,
     dataset_dir,
     open_dataset,
 )
-from eval_rm import all_reduce_sum, as_batch, evaluate
+from eval_rm import evaluate
 from model import ModelConfig
 from nanorm.ckpt import check_tokenizer, resume, save_checkpoint
 from nanorm.cli import AT_LEAST_1, NON_NEGATIVE, POSITIVE, one_of, opt, parse_config
@@ -64,6 +65,7 @@ from nanorm.report import response_lengths, subsets_of, write_report, write_serv
 from nanorm.runtime import (
     Processes,
     Speedometer,
+    all_reduce_sum,
     append_row,
     check_finite,
     check_out_dir,

@@ -88,6 +88,27 @@ class Batch:
         return self
 
 
+def as_batch(batch):
+    """A Batch from ColossalChat's preference batch, the dict its collator makes
+    ({chosen,reject}_input_ids, {chosen,reject}_attention_mask, and chosen_loss_mask, 1 on the
+    chosen response, which the LM term reads); nanoRM's Batch and PackedBatch are returned as
+    they are."""
+    if not isinstance(batch, dict):
+        return batch
+    keys = (
+        "chosen_input_ids",
+        "chosen_attention_mask",
+        "reject_input_ids",
+        "reject_attention_mask",
+    )
+    if not isinstance(batch, dict) or not set(keys) <= batch.keys():
+        raise ValueError(f"a preference batch is a Batch or a dict with keys {keys}")
+    chosen, c_mask, rejected, r_mask = (batch[k] for k in keys)
+    response = batch.get("chosen_loss_mask", c_mask)
+    n_tokens = int(c_mask.sum()) + int(r_mask.sum())
+    return Batch(chosen, c_mask, rejected, r_mask, response, n_tokens, batch.get("groups"))
+
+
 class PairDataset:
     """Tokenized pairs written by a data/<name>/prepare.py script."""
 

@@ -225,6 +225,15 @@ def append_row(path, row):
         f.write(json.dumps(row) + "\n")
 
 
+def all_reduce_sum(metrics, world, device):
+    """A dict of numbers summed over the ranks, in one all_reduce."""
+    if world == 1:
+        return metrics
+    t = torch.tensor(list(metrics.values()), dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return dict(zip(metrics, t.tolist(), strict=True))
+
+
 def describe(rm, cfg, proc, train, val):
     """What a reader needs at startup: sizes, what trains, the device and the batch."""
     n_params = sum(p.numel() for p in rm.parameters())
