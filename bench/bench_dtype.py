@@ -208,11 +208,12 @@ def bench_cached_step(gguf, work, pairs, train_layers, repeats):
 
     import model as model_py
     import train_rm
+import nanorm.build
     from data.pairs import PairDataset, packed_attention_mask
     from reward import RewardModel
 
     rm = RewardModel(gguf)
-    train_rm.train_top_layers(rm, train_layers)
+    nanorm.build.train_top_layers(rm, train_layers)
     first = len(rm.backbone.layers) - train_layers
     data = PairDataset(os.path.join(prepare_subset(gguf, work, max(64, pairs)), "train.npz"))
     b = data.collate_packed(list(range(pairs)), 0)

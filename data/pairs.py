@@ -18,6 +18,7 @@ length-bucketed order; the forward skips the padding either way.
 import json
 import os
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
@@ -360,3 +361,105 @@ def packed_block_mask(segments):
 
     B, T = segments.shape
     return create_block_mask(mask_mod, B, None, T, T, device=segments.device)
+
+
+# ----------------------------------------------------------------------------- optimizer steps
+# The loop reads its data as optimizer steps: each item is the micro-batches of one step, so the
+# sampler says where a step begins and ends and nothing infers it from a counter.
+class Step:
+    """One optimizer step's micro-batches, made one at a time as the loop asks for them."""
+
+    def __init__(self, n, make):
+        self.n, self.make = n, make
+
+    def __len__(self):
+        return self.n
+
+    def __iter__(self):
+        return (self.make(micro) for micro in range(self.n))
+
+
+class OptimizerSteps:
+    """A loader of micro-batches (a DataLoader of ColossalChat's preference dicts, or of Batch)
+    read as optimizer steps of accum micro-batches each; an epoch's last incomplete step is
+    dropped. set_epoch reaches the loader's sampler (DistributedSampler's shuffle)."""
+
+    def __init__(self, loader, accum):
+        self.loader, self.accum = loader, accum
+
+    def set_epoch(self, epoch):
+        for s in (self.loader, getattr(self.loader, "sampler", None)):
+            if hasattr(s, "set_epoch"):
+                s.set_epoch(epoch)
+
+    def __len__(self):
+        return len(self.loader) // self.accum
+
+    def __iter__(self):
+        step = []
+        for b in self.loader:
+            step.append(b)
+            if len(step) == self.accum:
+                yield step
+                step = []
+
+
+class PairSteps(OptimizerSteps):
+    """train_rm.py's sampler of a PairDataset: for each optimizer step of an epoch, its
+    grad_accum micro-batches, this rank's slice of the step's global batch (batch_indices),
+    padded or packed (with the frozen layers' cached output when there is a cache). An epoch is
+    steps_per_epoch steps from first_step on (a resumed run's), none at or past max_iters."""
+
+    def __init__(self, data, cfg, rank, world, pad_id, cache, steps_per_epoch, first_step):
+        self.data, self.cfg, self.rank, self.world = data, cfg, rank, world
+        self.pad_id, self.cache, self.accum = pad_id, cache, cfg.grad_accum
+        self.steps_per_epoch, self.first_step, self.epoch = steps_per_epoch, first_step, 0
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+
+    def steps(self):
+        start = max(self.first_step, self.epoch * self.steps_per_epoch)
+        return range(start, min((self.epoch + 1) * self.steps_per_epoch, self.cfg.max_iters))
+
+    def __len__(self):
+        return len(self.steps())
+
+    def __iter__(self):
+        return (
+            Step(self.accum, lambda micro, s=step: self.micro_batch(s, micro))
+            for step in self.steps()
+        )
+
+    def micro_batch(self, step, micro):
+        idx = batch_indices(step, micro, self.rank, self.world, self.cfg, self.data)
+        if self.cfg.pack:  # one row per pair; with a cache, the frozen layers' output too
+            return self.data.collate_packed(idx, self.pad_id, self.cache)
+        return self.data.collate(idx, self.pad_id)
+
+
+def batch_indices(step, micro, rank, world, cfg, data):
+    """The pairs of one micro-step. The global batch of a step is fixed by (seed, step) alone, so
+    any split of it over ranks and micro-steps sees the same pairs, and resuming needs no state."""
+    G, n = cfg.batch_size * cfg.grad_accum * world, len(data)  # n >= G: train_rm checks
+    epoch, k = divmod(step, n // G)  # drop the last partial batch of each epoch
+    order = epoch_order(data, cfg.seed + epoch, G, cfg.bucket, cfg.pack, cfg.balance)
+    chunk = order[k * G : (k + 1) * G]
+    slot = rank * cfg.grad_accum + micro
+    return chunk[slot * cfg.batch_size : (slot + 1) * cfg.batch_size].tolist()
+
+
+@lru_cache(maxsize=2)
+def epoch_order(data, seed, G, bucket, packed, balance="none"):
+    """One epoch's order of the pairs: seeded by the epoch, so every rank computes the same.
+    balance: len(data) pairs drawn with replacement by their balance_weights, so a pair is seen
+    once per epoch on average; bucket: each run of G pairs (one global batch) has similar
+    lengths."""
+    if balance != "none":
+        order = balanced_order(balance_weights(data, balance), len(data), seed)
+        if bucket:
+            order = order[bucketed_order(data.lengths(packed)[order.numpy()], G, seed)]
+        return order
+    if bucket:
+        return bucketed_order(data.lengths(packed), G, seed)
+    return torch.randperm(len(data), generator=torch.Generator().manual_seed(seed))

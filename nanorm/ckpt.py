@@ -55,6 +55,7 @@ from nanorm.checkpoints import (
     split_heads,
     transformer_from_state_dict,
 )
+from nanorm.runtime import Diverged, all_reduce_sum
 from reward import LMRegularizedRewardModel, RewardModel
 
 
@@ -351,3 +352,63 @@ def embedding_rows(path):
         if len(header) == 28:
             return abs(struct.unpack("7i", header)[5])  # a negative size: an untied output
     return read_checkpoint(path)[0]["vocab_size"]
+
+
+def save_training_checkpoint(path, rm, optimizer, lr_scheduler, step, proc, meta=None, config=None):
+    """A training run's checkpoint (train_rm.py's ckpt.pt and ckpt-<step>.pt): rm, optimizer,
+    scheduler and step, written atomically by rank 0. Under FSDP every rank gathers the state;
+    with LoRA (config.lora_rank) the adapters are folded into the weights, so the checkpoint has
+    the base model's keys. Never non-finite weights: the run stops, and the file keeps the last
+    finite ones. A full disk: one line, the previous file kept."""
+    local = [getattr(p, "_local_tensor", p).detach() for p in rm.parameters()]
+    bad = sum(int(not torch.isfinite(p).all()) for p in local)
+    if all_reduce_sum(dict(bad=bad), proc.world, proc.device)["bad"]:
+        kept = f"{path} keeps the last finite weights" if os.path.exists(path) else "nothing saved"
+        raise Diverged(f"the weights are not finite at step {step}: stopping; {kept}")
+    full = {}
+    if config is not None and config.fsdp:
+        from nanorm.fsdp import full_state  # --fsdp
+
+        full = full_state(rm, optimizer)
+    if config is not None and config.lora_rank:
+        from nanorm.lora import merged_state_dict  # --lora_rank
+
+        full = dict(model_state=merged_state_dict(rm))
+    if not proc.master:
+        return
+    sched = lr_scheduler.state_dict() if lr_scheduler is not None else None
+    try:
+        save_checkpoint(
+            path, rm, meta, optimizer, step, config, lr_scheduler=sched, world=proc.world, **full
+        )
+    except OSError as e:  # a full disk: the file written aside is gone, the old one kept
+        kept = "the previous one is kept" if os.path.exists(path) else "none was written"
+        raise UsageError(
+            f"{path}: could not be written at step {step} ({e.strerror}); {kept}: "
+            "free space, then --resume"
+        ) from None
+
+
+# the options that make a run what it is: --resume refuses to change them (--max_iters, the
+# intervals and the device may change)
+RESUME_SAME = tuple(
+    "dataset init model max_seq_len dropout loss margin center_coef lm_coef lr min_lr warmup "
+    "weight_decay grad_clip seed balance bucket train_layers length_head length_coef "
+    "subset_experts gate_coef head_lr lora_rank lora_alpha epochs".split()
+)
+
+
+def resume_run(path, cfg, rm, optimizer, proc, meta, load_full_state=None):
+    """train_rm.py --resume: resume() with the options a run may not change (RESUME_SAME, and
+    the global batch, which any split over ranks and micro-steps keeps); -> the step."""
+    same = {k: getattr(cfg, k) for k in RESUME_SAME}
+    same["global_batch"] = cfg.batch_size * cfg.grad_accum * proc.world
+    step = resume(path, rm, optimizer, proc.device, meta, load_full_state, same)
+    if step > cfg.max_iters:
+        raise UsageError(
+            f"{path} is at step {step}, past --max_iters {cfg.max_iters}: "
+            "raise --max_iters to train further"
+        )
+    if proc.master:
+        print(f"resuming from step {step} of {path}")
+    return step

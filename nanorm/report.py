@@ -26,7 +26,7 @@ from matplotlib.figure import Figure
 import nanorm.calibrate as calibrate
 from data import atomic_write
 from data.pairs import length_heuristics
-from nanorm.runtime import save
+from nanorm.run_dir import plot_log, save_figure
 from reward import pearson, ranked_right
 
 # RewardBench's sections (allenai/reward-bench, rewardbench/constants.py: SUBSET_MAPPING)
@@ -200,7 +200,7 @@ def table(result):
 
 def plot_report(out_dir, per_subset, result):
     """reward_hist.png (chosen vs rejected per subset), reward_length.png, reliability.png."""
-    # matplotlib's object API, as runtime.plot_log: no pyplot, no backend switch
+    # matplotlib's object API, as run_dir.plot_log: no pyplot, no backend switch
     k = len(per_subset)
     cols = min(k, 4)
     rows = (k + cols - 1) // cols
@@ -216,7 +216,7 @@ def plot_report(out_dir, per_subset, result):
     axes[0].legend(fontsize=8)
     for ax in axes[k:]:
         ax.set_visible(False)
-    save(fig, out_dir, "reward_hist.png")
+    save_figure(fig, out_dir, "reward_hist.png")
 
     rewards = torch.cat([s.rewards for s in per_subset.values()])
     lengths = torch.cat([s.lengths for s in per_subset.values()])
@@ -227,12 +227,12 @@ def plot_report(out_dir, per_subset, result):
     corr = result["overall"]["length_corr"]
     ax.set_title(f"reward vs length: Pearson r = {corr:.3f}" if corr is not None else "reward")
     ax.set_xlabel("response tokens"), ax.set_ylabel("reward"), ax.legend()
-    save(fig, out_dir, "reward_length.png")
+    save_figure(fig, out_dir, "reward_length.png")
 
     fig = Figure(figsize=(4, 4))
     ax = fig.subplots()
     calibrate.plot_reliability(ax, rewards[:, 0], rewards[:, 1])
-    save(fig, out_dir, "reliability.png")
+    save_figure(fig, out_dir, "reliability.png")
 
 
 def as_served(per_subset, cal):
@@ -260,3 +260,16 @@ def write_served_report(out_dir, per_subset, cal, info=None, ckpt=None):
         update_checkpoint(ckpt, length_calibration=cal, reward_normalization=norm)
         print(f"stored in {ckpt}: length calibration and reward mean/std ({norm['n']})")
     return result, norm
+
+
+def write_run_report(out_dir, dataset, val, meta, rewards, cal=None):
+    """What train_rm.py writes at its end: curves.png of its log, the report of its final
+    held-out evaluation (eval.json and the reward plots, as eval_rm.py's), and with a length
+    calibration the calibrated rewards' report in out_dir/calibrated/ and the calibration and
+    their mean/std stored in ckpt.pt (as eval_rm.py --save_calibration)."""
+    plot_log(out_dir)
+    subsets = subsets_of(val, meta, rewards, os.path.basename(dataset))
+    write_report(out_dir, subsets)
+    if cal is not None:
+        ckpt, calibrated = (os.path.join(out_dir, f) for f in ("ckpt.pt", "calibrated"))
+        write_served_report(calibrated, subsets, cal, ckpt=ckpt)

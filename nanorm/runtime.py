@@ -1,17 +1,14 @@
 """
-A run's plumbing, kept out of train_rm.py's way: who this process is under torchrun and where it
-computes, the output folder (never another run's by accident), what is printed at start, the
-log and its plot, the speed line and MFU, and how every figure of a run is saved.
+Who this process is and how it computes, kept out of train_rm.py's way: the processes under
+torchrun, the device and dtype, the sums across ranks, what is printed at start, the speed line
+and MFU. (The run's folder, its log and pictures: nanorm/run_dir.py.)
 
     proc = setup_processes(cfg)        # RANK, LOCAL_RANK, WORLD_SIZE from torchrun, or one process
-    check_out_dir(cfg, proc)           # refuse an out_dir holding a run unless --resume/--overwrite
     speed = Speedometer(); speed.add(tokens, computed); tok_s, line = speed.report(...)
 
-train_rm.py is its main user (eval_rm.py and report.py save their figures here); a first
-reading can skip this file.
+A first reading can skip this file.
 """
 
-import json
 import math
 import os
 import time
@@ -20,9 +17,8 @@ from dataclasses import dataclass, replace
 
 import torch
 import torch.distributed as dist
-from matplotlib.figure import Figure
 
-from data import UsageError, atomic_write
+from data import UsageError
 from nanorm.cli import check_device
 
 
@@ -171,44 +167,9 @@ def setup_processes(cfg):
     return Processes(ddp, rank, local_rank, world, device, dtype, dtype_context(device, dtype))
 
 
-def check_out_dir(cfg, proc):
-    """Never replace another run by accident, nor resume nothing. Rank 0 looks before any rank
-    writes, and every rank gets its answer, so that all of them stop together."""
-    ckpt, problem = os.path.join(cfg.out_dir, "ckpt.pt"), None
-    if proc.master and cfg.resume and not os.path.exists(ckpt):
-        problem = f"{ckpt} not found: nothing to resume (drop --resume to start a new run)"
-    elif proc.master and os.path.exists(ckpt) and not (cfg.resume or cfg.overwrite):
-        problem = (
-            f"{cfg.out_dir} holds a run ({ckpt}): pass --resume to continue it, "
-            "--overwrite to replace it, or another --out_dir"
-        )
-    if proc.ddp:
-        box = [problem]
-        dist.broadcast_object_list(box, src=0)
-        problem = box[0]
-    if problem:
-        raise UsageError(problem)
-
-
-def start_log(path, keep_until=None):
-    """Keep the log rows of the steps a resumed checkpoint holds (up to keep_until); a new
-    run (keep_until None) starts an empty log. Makes the log's folder."""
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    if not os.path.exists(path):
-        return
-    with open(path) as f:
-        lines = f.read().splitlines(keepends=True) if keep_until is not None else []
-    rows = []
-    for i, line in enumerate(lines):
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:  # a line cut by a kill while it was written: dropped
-            print(f"note: {path}:{i + 1} is torn (the run was stopped while writing it): dropped")
-            continue
-        if row["step"] <= keep_until:
-            rows.append(line if line.endswith("\n") else line + "\n")
-    with atomic_write(path, "w") as f:
-        f.writelines(rows)
+class Diverged(UsageError, FloatingPointError):
+    """A run whose loss or weights stopped being finite: one line (data.run prints it), as
+    every expected failure."""
 
 
 def check_finite(objective, step, ckpt_path):
@@ -217,12 +178,21 @@ def check_finite(objective, step, ckpt_path):
     if not math.isfinite(objective):
         kept = f"the last good checkpoint stays at {ckpt_path}"
         kept = kept if os.path.exists(ckpt_path) else "no checkpoint was written yet"
-        raise FloatingPointError(f"loss is {objective} at step {step}: stopping; {kept}")
+        raise Diverged(f"loss is {objective} at step {step}: stopping; {kept}")
 
 
-def append_row(path, row):
-    with open(path, "a") as f:
-        f.write(json.dumps(row) + "\n")
+def end_processes(proc):
+    """Every rank waits for the others, then leaves the process group (torchrun)."""
+    if proc.ddp:
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def one_process(model):
+    """The Processes of a trainer built in Python without torchrun: one, on the model's
+    device, in the model's dtype (no autocast)."""
+    device = str(next(model.parameters()).device)
+    return Processes(False, 0, 0, 1, device, "float32", nullcontext())
 
 
 def all_reduce_sum(metrics, world, device):
@@ -294,32 +264,3 @@ class Speedometer:
 
     def total(self):
         return time.time() - self.start
-
-
-def plot_log(out_dir):
-    """curves.png: over the steps of log.jsonl, the pairwise loss, accuracy and margin (training
-    rows are means over each log interval, evaluation rows the held-out pairs), and the LM term
-    when the model has one (eval_rm draws the rest). matplotlib's object API: no pyplot and no
-    backend switch, so a notebook that calls main() keeps showing its own figures."""
-    with open(os.path.join(out_dir, "log.jsonl")) as f:
-        rows = [json.loads(line) for line in f]
-    keys = ["loss", "acc", "margin"] + (["lm_loss"] if any("lm_loss" in r for r in rows) else [])
-    fig = Figure(figsize=(3.4 * len(keys), 3.5))
-    for ax, key in zip(fig.subplots(1, len(keys)), keys, strict=True):
-        for split, style, label in (
-            ("train", "-", "train (interval mean)"),
-            ("eval", "o-", "eval"),
-        ):
-            pts = [(r["step"], r[key]) for r in rows if r["split"] == split and key in r]
-            if pts:
-                ax.plot(*zip(*pts, strict=True), style, label=label, alpha=0.8)
-        ax.set_xlabel("step"), ax.set_title(key), ax.legend(), ax.grid(alpha=0.3)
-    fig.tight_layout()
-    save(fig, out_dir, "curves.png")
-
-
-def save(fig, out_dir, name):
-    """Every figure of a run (train_rm's curves too): laid out, 100 dpi, written atomically."""
-    fig.tight_layout()
-    with atomic_write(os.path.join(out_dir, name)) as f:
-        fig.savefig(f, dpi=100, format="png")

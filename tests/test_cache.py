@@ -13,6 +13,7 @@ import pytest
 import torch
 from conftest import shared_path, stories_arith
 
+import nanorm.build
 import train_rm
 from data.pairs import PairDataset, packed_attention_mask, write_pairs
 from model import ModelConfig
@@ -37,7 +38,7 @@ def tiny(seed=0):
     rm = RewardModel.from_config(cfg)
     with torch.no_grad():
         rm.head.weight.normal_()  # a unit head makes reward errors visible
-    train_rm.train_top_layers(rm, 1)
+    nanorm.build.train_top_layers(rm, 1)
     return rm
 
 
@@ -192,7 +193,7 @@ def test_length_head_trains_from_the_cache(data, tmp_path):
     rm = LengthDebiasedRewardModel.from_config(cfg)
     with torch.no_grad():
         rm.head.weight.normal_(), rm.length_head.weight.normal_()
-    train_rm.train_top_layers(rm, 1)
+    nanorm.build.train_top_layers(rm, 1)
     build(rm.backbone, data, "train", 2, tmp_path / "c", 0, torch.float16, say=lambda *a: None)
     cache = FrozenCache(tmp_path / "c", "train", 2)
     idx = [3, 0, 17, 9, 20]

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-import train_rm
+import nanorm.build
 from data.pairs import PairDataset, write_pairs
 from model import ModelConfig
 from nanorm import runtime
@@ -190,7 +190,7 @@ def test_cache_built_under_bf16_autocast_is_fp32s_within_rounding(tmp_path):
     write_pairs(tmp_path / "d.npz", items, V)
     data = PairDataset(tmp_path / "d.npz")
     rm = tiny()
-    train_rm.train_top_layers(rm, 1)
+    nanorm.build.train_top_layers(rm, 1)
     quiet = lambda *a: None
     build(rm.backbone, data, "train", 2, tmp_path / "f32", 0, torch.float16, say=quiet)
     bf16 = torch.autocast("cpu", dtype=torch.bfloat16)

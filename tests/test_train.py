@@ -14,6 +14,9 @@ import pytest
 import torch
 from conftest import ROOT, tiny_model
 
+import data.pairs
+import nanorm.build
+import nanorm.ckpt
 import train_rm
 from data.arith.prepare import main as prepare_arith
 from data.pairs import PairDataset, open_dataset
@@ -124,17 +127,17 @@ def test_ddp_two_processes_equal_one(arith, tmp_path):
 def test_resume_is_bitwise_exact(arith, tmp_path, monkeypatch):
     common = ["--max_iters", 8, "--eval_interval", 4, "--dropout", 0.1]  # dropout: RNG state too
     run(arith, tmp_path / "full", *common)
-    save = train_rm.save_checkpoint
+    save = nanorm.ckpt.save_checkpoint
 
     def save_then_stop(path, rm, meta, optimizer, step, *a, **kw):
         save(path, rm, meta, optimizer, step, *a, **kw)
         if step == 4:
             raise KeyboardInterrupt  # the run is stopped right after its step-4 checkpoint
 
-    monkeypatch.setattr(train_rm, "save_checkpoint", save_then_stop)
+    monkeypatch.setattr(nanorm.ckpt, "save_checkpoint", save_then_stop)
     with pytest.raises(KeyboardInterrupt):
         run(arith, tmp_path / "cut", *common)
-    monkeypatch.setattr(train_rm, "save_checkpoint", save)
+    monkeypatch.setattr(nanorm.ckpt, "save_checkpoint", save)
     assert torch.load(tmp_path / "cut" / "ckpt.pt", weights_only=True)["step"] == 4
     run(arith, tmp_path / "cut", *common, "--resume")
     a, b = weights(tmp_path / "full"), weights(tmp_path / "cut")
@@ -229,7 +232,7 @@ def test_balance_flag_draws_balanced_epochs(arith, tmp_path):
     side = np.sign(c - r)
     assert (side[side != 0] > 0).mean() < 0.4  # the data itself is not balanced
     for bucket in (False, True):
-        order = train_rm.epoch_order(train, 5, 32, bucket, False, "length").numpy()
+        order = data.pairs.epoch_order(train, 5, 32, bucket, False, "length").numpy()
         assert len(order) == len(train)
         drawn = side[order][side[order] != 0]
         n = len(drawn)
@@ -269,7 +272,7 @@ def test_train_layers_freezes_the_bottom(arith, tmp_path, capsys):
     run(arith, tmp_path, *common, "--train_layers", 1)
     cfg = train_rm.parse_args(["--dataset", arith, *map(str, common)])
     torch.manual_seed(cfg.seed)  # the initial weights, as main() builds them
-    before = train_rm.build_model(cfg, json.load(open(os.path.join(arith, "meta.json"))))
+    before = nanorm.build.build_model(cfg, json.load(open(os.path.join(arith, "meta.json"))))
     before, after = before.state_dict(), weights(tmp_path)
     top = "backbone.layers.3."  # --model nano has 4 layers
     trained = {k for k in after if k.startswith((top, "backbone.norm.", "head."))}

@@ -4,6 +4,7 @@ written out here; the loss modules against their formulas; train_rm.py's own fla
 (--save_interval, --log_dir, --wandb) and --init from its own ckpt.pt."""
 
 import json
+import math
 import os
 
 import pytest
@@ -15,8 +16,8 @@ from torch.utils.data import DataLoader
 import train_rm
 from data import UsageError
 from data.arith.prepare import main as prepare_arith
-from data.pairs import PairDataset
-from reward import LogExpLoss, LogSigLoss, PairwiseLoss, RewardModel
+from data.pairs import PairDataset, as_batch
+from reward import LMRegularizedRewardModel, LogExpLoss, LogSigLoss, PairwiseLoss, RewardModel
 from train_rm import RewardModelTrainer
 
 
@@ -60,17 +61,21 @@ def test_colossalchat_usage_example(arith, tmp_path):
     train_dl = colossal_dicts(os.path.join(arith, "train.npz"), 61)
     eval_dl = colossal_dicts(os.path.join(arith, "val.npz"), 61)
     model, optim, lr_scheduler = colossal_setup()
+    booster = plugin = coordinator = None  # ColossalAI's; torchrun stands in for them here
     trainer = RewardModelTrainer(
         model,
+        booster,
         optim,
+        plugin,
         lr_scheduler,
-        tokenizer=None,
+        None,
         loss_fn=LogSigLoss(beta=0.1),
         max_epochs=2,
         accumulation_steps=2,
         start_epoch=0,
         save_interval=8,
         save_dir=str(tmp_path),
+        coordinator=coordinator,
     )
     trainer.fit(
         train_preference_dataloader=train_dl,
@@ -81,7 +86,8 @@ def test_colossalchat_usage_example(arith, tmp_path):
     steps = 2 * len(train_dl) // 2  # 32 batches an epoch, 2 micro-batches a step
     assert trainer.step == steps and lr_scheduler.last_epoch == steps
     assert sorted(os.listdir(tmp_path)) == ["ckpt-16.pt", "ckpt-24.pt", "ckpt-32.pt", "ckpt-8.pt",
-                                            "ckpt.pt", "log.jsonl"]  # fmt: skip
+                                            "ckpt.pt", "eval_result_epoch0.txt",
+                                            "eval_result_epoch1.txt", "log.jsonl"]  # fmt: skip
     rows = [json.loads(line) for line in open(tmp_path / "log.jsonl")]
     evals = [r for r in rows if r["split"] == "eval"]
     assert [r["step"] for r in evals] == [16, 32]  # each epoch's end
@@ -98,9 +104,9 @@ def test_fit_equals_a_plain_loop(arith):
     clipped to 1, AdamW's step, the scheduler's step."""
     train_dl = colossal_dicts(os.path.join(arith, "train.npz"), 61)
     model, optim, sched = colossal_setup(seed=3)
-    RewardModelTrainer(model, optim, sched, loss_fn=LogExpLoss(), accumulation_steps=4).fit(
-        train_dl
-    )
+    trainer = RewardModelTrainer(model, optimizer=optim, lr_scheduler=sched, loss_fn=LogExpLoss(),
+                                 accumulation_steps=4)  # fmt: skip
+    trainer.fit(train_dl)
 
     ref, optim, sched = colossal_setup(seed=3)
     batches = list(train_dl)
@@ -130,14 +136,14 @@ def test_a_loss_module_of_the_users_own_is_what_trains(arith):
 
     train_dl = colossal_dicts(os.path.join(arith, "train.npz"), 61)
     model, optim, sched = colossal_setup()
-    trainer = RewardModelTrainer(model, optim, sched, loss_fn=Hinge(), log_interval=1)
+    trainer = RewardModelTrainer(model, optimizer=optim, lr_scheduler=sched, loss_fn=Hinge())
     model.eval()
     b = next(iter(train_dl))
     with torch.no_grad():
         c = model(b["chosen_input_ids"], b["chosen_attention_mask"])
         r = model(b["reject_input_ids"], b["reject_attention_mask"])
     model.train()
-    out = trainer.step_fn(train_rm.as_batch(b))
+    out = trainer.step_fn(as_batch(b))
     torch.testing.assert_close(out["rm_loss"], F.relu(1 - (c - r)).mean(), rtol=1e-5, atol=1e-6)
 
 
@@ -145,7 +151,7 @@ def test_loss_modules_are_the_formulas():
     c, r = torch.randn(64) * 3, torch.randn(64) * 3
     torch.testing.assert_close(LogSigLoss()(c, r), -F.logsigmoid(c - r).mean())
     torch.testing.assert_close(LogExpLoss()(c, r), torch.log(1 + torch.exp(r - c)).mean())
-    assert LogSigLoss(beta=0.5).beta == 0.5  # the seed's argument, kept
+    assert LogSigLoss(beta=0.5).beta == 0.5  # ColossalChat's argument, kept
     # where the literal formula overflows, the module stays finite and exact: d = -1e4
     c, r = torch.tensor([0.0]), torch.tensor([1e4])
     assert torch.isinf(torch.log(1 + torch.exp(r - c))).all()
@@ -162,7 +168,7 @@ def test_loggers_name_their_package(arith, tmp_path):
     installed; where it is not, one line naming the pip package."""
     model, optim, sched = colossal_setup()
     dl = colossal_dicts(os.path.join(arith, "val.npz"), 61)
-    trainer = RewardModelTrainer(model, optim, sched, log_interval=1)
+    trainer = RewardModelTrainer(model, optimizer=optim, lr_scheduler=sched, log_interval=1)
     try:
         import tensorboard  # noqa: F401
     except ImportError:
@@ -212,3 +218,99 @@ def test_script_keeps_numbered_checkpoints_and_trains_on_from_its_own(arith, tmp
     rows = [json.loads(line) for line in open(tmp_path / "b" / "log.jsonl")]
     start = next(r for r in rows if r["split"] == "eval" and r["step"] == 0)
     assert start["acc"] == first["acc"] and start["loss"] == pytest.approx(first["loss"], rel=1e-6)
+
+
+# ----------------------------------------------------------------------------- ColossalChat's calls
+def test_colossalchat_keywords_and_positional_order(arith, tmp_path):
+    """ColossalChat's signature: (model, booster, optimizer, plugin, lr_scheduler, tokenizer,
+    loss_fn, max_epochs, beta, accumulation_steps, start_epoch, save_interval, save_dir,
+    coordinator), by keyword and by position; the same weights either way."""
+    train_dl = colossal_dicts(os.path.join(arith, "val.npz"), 61)
+    model, optim, sched = colossal_setup(seed=1)
+    RewardModelTrainer(
+        model=model, booster=None, optimizer=optim, plugin=None, lr_scheduler=sched,
+        tokenizer=None, loss_fn=LogSigLoss(), max_epochs=1, beta=0.1, accumulation_steps=2,
+        start_epoch=0, save_interval=0, save_dir=None, coordinator=None,
+    ).fit(train_preference_dataloader=train_dl)  # fmt: skip
+    other, optim, sched = colossal_setup(seed=1)
+    RewardModelTrainer(other, None, optim, None, sched, None, LogSigLoss(), 1, 0.1, 2).fit(train_dl)
+    for a, b in zip(model.state_dict().values(), other.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_fit_trains_in_train_mode_and_evaluates_in_eval_mode(arith):
+    """A model loaded in eval mode (as pretrained= loads it) trains with dropout on: fit puts it
+    in train mode, and each evaluation in eval mode."""
+    model, optim, sched = colossal_setup()
+    model.eval()
+    modes = []
+    model.register_forward_pre_hook(lambda m, args: modes.append(m.training))
+    train_dl = colossal_dicts(os.path.join(arith, "val.npz"), 61)
+    RewardModelTrainer(model, optimizer=optim, lr_scheduler=sched, accumulation_steps=8).fit(
+        train_dl, eval_preference_dataloader=train_dl
+    )
+    n = len(train_dl)  # 8 training forwards (one per micro-batch), then 8 evaluation ones
+    assert modes[:n] == [True] * n and modes[n:] and not any(modes[n:])
+
+
+def test_a_loss_of_one_value_per_pair_trains_on_its_mean(arith):
+    """ColossalChat takes loss_fn(chosen_reward, reject_reward).mean(): a loss_fn returning one
+    loss per pair trains as its mean would."""
+
+    def per_pair(chosen_reward, reject_reward):
+        return -F.logsigmoid(chosen_reward - reject_reward)  # (B,)
+
+    train_dl = colossal_dicts(os.path.join(arith, "val.npz"), 61)
+    weights = []
+    for loss_fn in (per_pair, LogSigLoss()):
+        model, optim, sched = colossal_setup(seed=2)
+        RewardModelTrainer(model, optimizer=optim, lr_scheduler=sched, loss_fn=loss_fn).fit(
+            train_dl
+        )
+        weights.append(model.state_dict())
+    for a, b in zip(weights[0].values(), weights[1].values(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_the_lm_regularized_model_trains_without_options(arith, tmp_path):
+    """LLMBook's model in ColossalChat's trainer: its loss is rm_loss + lm_loss (lm_coef 1), no
+    options needed; the LM term is logged."""
+    model = tiny_model(LMRegularizedRewardModel, seed=0).train()
+    optim = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    train_dl = colossal_dicts(os.path.join(arith, "val.npz"), 61)
+    trainer = RewardModelTrainer(model, optimizer=optim, save_dir=str(tmp_path))
+    trainer.fit(train_dl)
+    rows = [json.loads(line) for line in open(tmp_path / "log.jsonl")]
+    assert rows and all("lm_loss" in r and math.isfinite(r["lm_loss"]) for r in rows)
+
+
+def test_save_interval_without_save_dir_is_refused_at_once():
+    model, optim, sched = colossal_setup()
+    with pytest.raises(UsageError, match="save_dir"):
+        RewardModelTrainer(model, optimizer=optim, save_interval=5)
+
+
+def test_a_short_fit_logs_its_training_rows_and_writes_colossalchat_eval_files(arith, tmp_path):
+    """A fit shorter than log_interval still logs its steps (a row at each epoch's end, as
+    ColossalChat logs every step) to log.jsonl and TensorBoard, and each epoch's evaluation is
+    written to save_dir/eval_result_epoch<N>.txt, where ColossalChat writes it."""
+    pytest.importorskip("tensorboard", reason="TensorBoard's events need the tensorboard package")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    model, optim, sched = colossal_setup()
+    dl = colossal_dicts(os.path.join(arith, "val.npz"), 61)  # 8 batches: 4 steps an epoch
+    trainer = RewardModelTrainer(model, optimizer=optim, lr_scheduler=sched, max_epochs=2,
+                                 accumulation_steps=2, save_dir=str(tmp_path))  # fmt: skip
+    trainer.fit(dl, eval_preference_dataloader=dl, log_dir=str(tmp_path / "tb"))
+    rows = [json.loads(line) for line in open(tmp_path / "log.jsonl")]
+    train = [r for r in rows if r["split"] == "train"]
+    assert [(r["step"], r["steps"]) for r in train] == [(4, 4), (8, 4)]
+    events = EventAccumulator(str(tmp_path / "tb")).Reload()
+    assert [e.step for e in events.Scalars("train/loss")] == [4, 8]
+    assert [e.step for e in events.Scalars("eval/acc")] == [4, 8]
+    for epoch, row in enumerate(r for r in rows if r["split"] == "eval"):
+        text = (tmp_path / f"eval_result_epoch{epoch}.txt").read_text().splitlines()
+        assert text[0] == "Evaluation Result:"
+        assert float(text[1].removeprefix("loss: ")) == pytest.approx(row["loss"])
+        distance = float(text[4].removeprefix("distance: "))
+        assert distance == pytest.approx(row["chosen"] - row["rejected"])

@@ -1,0 +1,277 @@
+"""
+A run's folder (--out_dir) and what is written into it, kept out of train_rm.py's loop: the
+claim (a run never replaces another by accident, and holds a lock while it runs), the log rows
+of log.jsonl and the loggers beside it (TensorBoard, W&B), and the pictures.
+
+    check_out_dir(cfg, proc)           # refuse a folder holding a run unless --resume/--overwrite
+    lock = claim(out_dir)              # out_dir/.lock: one run at a time; release(lock, ...) at the end
+    start_log(path, keep_until=step)   # a resumed run keeps the log rows its checkpoint holds
+    loggers = open_loggers(log_dir, use_wandb, config, master); append_row(path, row)
+
+A first reading can skip this file.
+"""
+
+import json
+import os
+import socket
+from dataclasses import asdict, is_dataclass
+
+import torch.distributed as dist
+from matplotlib.figure import Figure
+
+from data import UsageError, atomic_write
+from reward import accuracy
+
+
+# ----------------------------------------------------------------------------- the claim
+def check_out_dir(cfg, proc):
+    """Never replace another run by accident, nor resume nothing. Rank 0 looks before any rank
+    writes, and every rank gets its answer, so that all of them stop together."""
+    ckpt, problem = os.path.join(cfg.out_dir, "ckpt.pt"), None
+    if proc.master and cfg.resume and not os.path.exists(ckpt):
+        problem = f"{ckpt} not found: nothing to resume (drop --resume to start a new run)"
+    elif proc.master and os.path.exists(ckpt) and not (cfg.resume or cfg.overwrite):
+        problem = (
+            f"{cfg.out_dir} holds a run ({ckpt}): pass --resume to continue it, "
+            "--overwrite to replace it, or another --out_dir"
+        )
+    if proc.ddp:
+        box = [problem]
+        dist.broadcast_object_list(box, src=0)
+        problem = box[0]
+    if problem:
+        raise UsageError(problem)
+
+
+def claim(out_dir):
+    """A run owns its --out_dir while it runs: out_dir/.lock holds its process id, and a second
+    run into the folder is refused in one line naming the first. A lock whose process is gone
+    (a run killed before it could remove it) is taken over. -> the lock's path."""
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise UsageError(f"--out_dir {out_dir} is a file: give a folder for the run")
+    os.makedirs(out_dir, exist_ok=True)
+    path, me = os.path.join(out_dir, ".lock"), f"{os.getpid()} {socket.gethostname()}"
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            with open(path) as f:
+                pid, _, host = f.read().strip().partition(" ")
+            if not (host == socket.gethostname() and pid.isdigit() and not is_running(int(pid))):
+                raise UsageError(
+                    f"{out_dir} is in use by another run (process {pid} on {host or '?'}): "
+                    "wait for it to end, or choose another --out_dir"
+                ) from None
+            os.remove(path)  # a run that was killed: its lock is stale
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(me + "\n")
+        return path
+    raise UsageError(f"{path}: could not take the lock of --out_dir {out_dir}")
+
+
+def release(lock, made_it):
+    """Remove the lock; a folder this run made and left empty (refused before writing) goes
+    too, so a refused run leaves no trace."""
+    os.remove(lock)
+    out_dir = os.path.dirname(lock)
+    if made_it and not os.listdir(out_dir):
+        os.rmdir(out_dir)
+
+
+def is_running(pid):
+    """Whether process pid exists on this machine (someone else's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# ----------------------------------------------------------------------------- the log
+def start_log(path, keep_until=None):
+    """Keep the log rows of the steps a resumed checkpoint holds (up to keep_until); a new
+    run (keep_until None) starts an empty log. Makes the log's folder."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        lines = f.read().splitlines(keepends=True) if keep_until is not None else []
+    rows = []
+    for i, line in enumerate(lines):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:  # a line cut by a kill while it was written: dropped
+            print(f"note: {path}:{i + 1} is torn (the run was stopped while writing it): dropped")
+            continue
+        if row["step"] <= keep_until:
+            rows.append(line if line.endswith("\n") else line + "\n")
+    with atomic_write(path, "w") as f:
+        f.writelines(rows)
+
+
+def append_row(path, row):
+    with open(path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+MODEL_TERMS = ("lm_loss", "rho_quality", "rho_length", "gate_loss", "gate_acc")
+
+
+def step_figures(out):
+    """What a training row logs of one micro-step, as 0-d tensors left on the device: the
+    objective, the pairwise loss, accuracy, the mean rewards, their margin, the model's terms."""
+    r_c, r_r = out["r_chosen"].float(), out["r_rejected"].float()
+    figures = dict(objective=out["objective"].detach().float(), loss=out["rm_loss"].float())
+    figures.update(acc=accuracy(r_c, r_r), margin=(r_c - r_r).mean())
+    figures.update(reward_chosen=r_c.mean(), reward_rejected=r_r.mean())
+    figures.update({k: out[k].float() for k in MODEL_TERMS if k in out})
+    return figures
+
+
+class TrainingLog:
+    """Where a run's figures go: log.jsonl (rank 0, when there is a save_dir), TensorBoard and
+    W&B where they are on, and the printed lines. A training row is the mean of the figures of
+    the steps since the last row (a mean over the interval, not one noisy batch)."""
+
+    def __init__(self, path, loggers, say, total_steps):
+        self.path, self.loggers, self.say, self.total_steps = path, loggers, say, total_steps
+        self.sums, self.n, self.lr = {}, 0, None
+
+    def add(self, figures, lr):
+        """One optimizer step's figures (averaged over its micro-steps and the ranks)."""
+        for k, v in figures.items():
+            self.sums[k] = self.sums.get(k, 0.0) + v
+        self.n, self.lr = self.n + 1, lr
+
+    def train_row(self, step, speed):
+        """The training row of the steps added since the last one, if any; speed: the speed
+        meter's (tokens/s, its line)."""
+        if self.n == 0:
+            return
+        row = dict(step=step, split="train", lr=self.lr, steps=self.n)
+        row.update({k: v / self.n for k, v in self.sums.items()})
+        row["tok_per_s"], line = speed
+        self.write(row)
+        lm = f" | lm {row['lm_loss']:.4f}" if "lm_loss" in row else ""
+        lm += f" | gate acc {row['gate_acc']:.3f}" if "gate_acc" in row else ""
+        self.say(
+            f"step {step}/{self.total_steps} | mean of {self.n} steps: loss {row['loss']:.4f} | "
+            f"acc {row['acc']:.3f}{lm} | margin {row['margin']:.3f} | lr {self.lr:.2e} | {line}"
+        )
+        self.sums, self.n = {}, 0
+
+    def eval_row(self, step, metrics, shown=("loss", "acc", "margin")):
+        self.write(dict(step=step, split="eval", **metrics))
+        self.say(f"step {step}: eval " + ", ".join(f"{k} {metrics[k]:.4f}" for k in shown))
+
+    def write(self, row):
+        if self.path:
+            append_row(self.path, row)
+        for logger in self.loggers:
+            logger.log(row)
+
+    def close(self):
+        for logger in self.loggers:
+            logger.close()
+
+
+class Logger:
+    """TensorBoard (torch.utils.tensorboard, needs the tensorboard package) or Weights & Biases
+    (wandb): each row of log.jsonl as scalars named split/key, at its step."""
+
+    def __init__(self, kind, log_dir, config):
+        self.kind = kind
+        if kind == "tensorboard":
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                raise UsageError(
+                    "--log_dir writes TensorBoard events: pip install tensorboard"
+                ) from None
+            self.writer = SummaryWriter(log_dir)
+        else:
+            try:
+                import wandb
+            except ImportError:
+                raise UsageError("--wandb logs to Weights & Biases: pip install wandb") from None
+            self.run = wandb.init(project="nanorm", dir=log_dir, config=config)
+
+    def log(self, row):
+        scalars = {
+            f"{row['split']}/{k}": v
+            for k, v in row.items()
+            if k not in ("step", "split") and isinstance(v, (int, float))
+        }
+        if self.kind == "tensorboard":
+            for k, v in scalars.items():
+                self.writer.add_scalar(k, v, row["step"])
+        else:
+            self.run.log(scalars, step=row["step"])
+
+    def close(self):
+        if self.kind == "tensorboard":
+            self.writer.close()
+        else:
+            self.run.finish()
+
+
+def open_loggers(log_dir, use_wandb, train_config, master):
+    """The loggers written beside log.jsonl, on rank 0."""
+    if not master:
+        return []
+    config = asdict(train_config) if is_dataclass(train_config) else train_config
+    loggers = [Logger("tensorboard", log_dir, config)] if log_dir else []
+    if use_wandb:
+        loggers.append(Logger("wandb", log_dir, config))
+    return loggers
+
+
+def write_eval_text(path, metrics):
+    """ColossalChat's evaluation file (save_dir/eval_result_epoch<N>.txt): the held-out loss,
+    the mean rewards and their distance, one per line, and the accuracy."""
+    lines = ["Evaluation Result:"] + [
+        f"{name}: {metrics[key]}"
+        for name, key in (
+            ("loss", "loss"),
+            ("chosen_rewards", "chosen"),
+            ("rejected_rewards", "rejected"),
+            ("distance", "margin"),
+            ("accuracy", "acc"),
+        )
+    ]
+    with atomic_write(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+# ----------------------------------------------------------------------------- pictures
+def plot_log(out_dir):
+    """curves.png: over the steps of log.jsonl, the pairwise loss, accuracy and margin (training
+    rows are means over each log interval, evaluation rows the held-out pairs), and the LM term
+    when the model has one (eval_rm draws the rest). matplotlib's object API: no pyplot and no
+    backend switch, so a notebook that calls main() keeps showing its own figures."""
+    with open(os.path.join(out_dir, "log.jsonl")) as f:
+        rows = [json.loads(line) for line in f]
+    keys = ["loss", "acc", "margin"] + (["lm_loss"] if any("lm_loss" in r for r in rows) else [])
+    fig = Figure(figsize=(3.4 * len(keys), 3.5))
+    for ax, key in zip(fig.subplots(1, len(keys)), keys, strict=True):
+        for split, style, label in (
+            ("train", "-", "train (interval mean)"),
+            ("eval", "o-", "eval"),
+        ):
+            pts = [(r["step"], r[key]) for r in rows if r["split"] == split and key in r]
+            if pts:
+                ax.plot(*zip(*pts, strict=True), style, label=label, alpha=0.8)
+        ax.set_xlabel("step"), ax.set_title(key), ax.legend(), ax.grid(alpha=0.3)
+    fig.tight_layout()
+    save_figure(fig, out_dir, "curves.png")
+
+
+def save_figure(fig, out_dir, name):
+    """Every figure of a run (train_rm's curves, eval_rm's report): laid out, 100 dpi, written
+    atomically."""
+    fig.tight_layout()
+    with atomic_write(os.path.join(out_dir, name)) as f:
+        fig.savefig(f, dpi=100, format="png")
