@@ -6,7 +6,6 @@ Train a reward model on preference pairs: one readable loop, CPU or GPUs.
     python data/hh_rlhf/prepare.py --src ../shared/data/hh-rlhf/helpful-base/test.jsonl.gz --tokenizer ../shared/data/llama2c/stories260K/tok512.bin --out_dir data/hh_rlhf/helpful-tok512
     python train_rm.py --dataset hh_rlhf/helpful-tok512 --init ../shared/data/llama2c/stories260K/stories260K.bin
     python train_rm.py --dataset DIR --init model.gguf --train_layers 4 --epochs 2   # top 4 layers, cached bottom
-    python train_rm.py --dataset DIR --init model.gguf --lora_rank 8       # LoRA adapters on every layer
     torchrun --standalone --nproc_per_node=8 train_rm.py --model small --batch_size 16
     torchrun --standalone --nproc_per_node=8 train_rm.py --fsdp --init DIR --dataset DIR   # sharded
     torchrun --nnodes=2 --nproc_per_node=8 --rdzv_backend=c10d --rdzv_endpoint=HOST:29500 train_rm.py
@@ -121,7 +120,7 @@ def get_lr(step, cfg):
 
 
 # ----------------------------------------------------------------------------- one micro-step
-class PairStep(nn.Module):
+class PairObjective(nn.Module):
     """What DDP wraps: it syncs gradients only for work done inside a module's forward(). The
     objective is the model's own loss(): the pairwise loss loss_fn, plus the LM term of the
     LM-regularized model, ODIN's length terms or the gate's (options: lm_coef, length_coef,
@@ -187,13 +186,14 @@ class RewardModelTrainer:
         self.log_interval, self.eval_interval = log_interval, eval_interval
         self.config, self.meta, self.val_cache = config, meta, val_cache
         self.fsdp = bool(config and config.fsdp)
-        self.proc = proc or runtime.one_process(model)
+        self.proc = proc or runtime.single_process(model)
         self.say = print if self.proc.master else lambda *args, **kwargs: None  # rank 0 speaks
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.eval_metrics, self.eval_rewards, self.evaluated_at = None, None, None
         # compiled if asked, wrapped in DDP under torchrun (FSDP shards the model itself)
         pack, groups = bool(config and config.pack), bool(config and config.subset_experts)
-        self.step_fn = PairStep(model, self.loss_fn, model_options(model, config), pack, groups)
+        options = model_options(model, config)  # the LM term's weight, ODIN's, the gate's
+        self.step_fn = PairObjective(model, self.loss_fn, options, pack, groups)
         if config and config.compile:
             self.step_fn = torch.compile(self.step_fn)
         if self.proc.ddp and not self.fsdp:
@@ -214,13 +214,13 @@ class RewardModelTrainer:
         proc, train = self.proc, train_preference_dataloader
         if not isinstance(train, OptimizerSteps):  # a loader of micro-batches, grouped by step
             train = OptimizerSteps(train, self.accumulation_steps)
-        self.eval_data, self.speed, start = eval_preference_dataloader, runtime.Speedometer(), self.step
+        self.eval_data, start = eval_preference_dataloader, self.step
         total = self.max_steps or len(train) * (self.max_epochs - self.start_epoch) + self.step
+        self.speed = runtime.Speedometer()  # tokens/s, and the time left
         speed = lambda: self.speed.report(self.model, proc, self.step - start, total - self.step)
         loggers = run_dir.open_loggers(log_dir, use_wandb, self.config, proc.master)
-        self.log = run_dir.TrainingLog(proc.master and self.path("log.jsonl"), loggers, self.say, total)
-        if self.save_dir and proc.master:
-            os.makedirs(self.save_dir, exist_ok=True)
+        log_path = proc.master and self.path("log.jsonl")  # rank 0 writes
+        self.log = run_dir.TrainingLog(log_path, loggers, self.say, total)
         if self.step == 0 and self.config and self.config.eval_first:  # the untrained baseline
             self.evaluate_and_save(last=self.max_steps == 0)
         for epoch in range(self.start_epoch, self.max_epochs):
@@ -234,21 +234,21 @@ class RewardModelTrainer:
                 # each micro-batch's loss divided by their number: the summed gradient is the
                 # mean over the step's pairs, as one big batch's; the ranks' gradients are
                 # averaged on the last micro-batch alone (no_sync: one all-reduce a step)
-                n, figures, tokens, computed = len(micro_batches), {}, 0, 0
+                n, metrics, tokens, computed = len(micro_batches), {}, 0, 0
                 for micro, b in enumerate(micro_batches):
                     b = as_batch(b).to(proc.device)
                     sync = self.no_sync() if proc.ddp and micro < n - 1 else nullcontext()
                     with sync, proc.ctx:
                         out = self.step_fn(b)
                         (out["objective"] / n).backward()
-                    for k, v in run_dir.step_figures(out).items():  # on the device: no sync per micro
-                        figures[k] = figures.get(k, 0.0) + v / n
+                    for k, v in run_dir.micro_metrics(out).items():  # on the device: no sync
+                        metrics[k] = metrics.get(k, 0.0) + v / n
                     tokens += b.n_tokens
                     computed += getattr(b, "n_packed", b.n_tokens)  # packed: each prompt once
-                figures = self.all_ranks(figures, tokens, computed)  # stops at a non-finite loss
+                metrics = self.all_ranks(metrics, tokens, computed)  # stops at a non-finite loss
                 # clip (the norm before clipping is logged), step, zero the gradients, schedule
                 clip = self.grad_clip or math.inf
-                figures["grad_norm"] = torch.nn.utils.clip_grad_norm_(self.params, clip).item()
+                metrics["grad_norm"] = torch.nn.utils.clip_grad_norm_(self.params, clip).item()
                 self.optimizer.step()
                 self.optimizer.zero_grad(set_to_none=True)
                 if self.lr_scheduler is not None:
@@ -256,7 +256,7 @@ class RewardModelTrainer:
                 self.step += 1
                 # log, evaluate and save when due
                 last = self.step == self.max_steps
-                self.log.add(figures, lr)
+                self.log.add(metrics, lr)
                 if self.step % self.log_interval == 0 or last:
                     self.log.train_row(self.step, speed())
                 if (self.eval_interval and self.step % self.eval_interval == 0) or last:
@@ -270,18 +270,18 @@ class RewardModelTrainer:
         self.log.close()
         return self.eval_metrics
 
-    def all_ranks(self, figures, tokens, computed):
-        """The step's figures (each the mean of its micro-steps) averaged over the ranks, in one
+    def all_ranks(self, metrics, tokens, computed):
+        """The step's metrics (each the mean of its micro-steps) averaged over the ranks, in one
         all_reduce and one copy to the host; the tokens counted by the speed meter. A loss
         that is not finite stops the run before the optimizer steps on it."""
         proc = self.proc
-        figures = dict(zip(figures, torch.stack(list(figures.values())).tolist(), strict=True))
-        figures |= dict(tokens=tokens, computed=computed)
-        figures = runtime.all_reduce_sum(figures, proc.world, proc.device)
-        self.speed.add(figures.pop("tokens"), figures.pop("computed"))  # over all ranks
-        figures = {k: v / proc.world for k, v in figures.items()}
-        runtime.check_finite(figures["objective"], self.step, self.path("ckpt.pt"))
-        return figures
+        metrics = dict(zip(metrics, torch.stack(list(metrics.values())).tolist(), strict=True))
+        metrics |= dict(tokens=tokens, computed=computed)
+        metrics = runtime.all_reduce_sum(metrics, proc.world, proc.device)
+        self.speed.add(metrics.pop("tokens"), metrics.pop("computed"))  # over all ranks
+        metrics = {k: v / proc.world for k, v in metrics.items()}
+        runtime.check_finite(metrics["objective"], self.step, self.path("ckpt.pt"))
+        return metrics
 
     def path(self, name):
         return os.path.join(self.save_dir, name) if self.save_dir else None
@@ -310,7 +310,8 @@ class RewardModelTrainer:
             self.eval_metrics, self.eval_rewards = self.evaluate(last)
             self.log.eval_row(self.step, self.eval_metrics)
             if epoch is not None and self.config is None and self.save_dir and self.proc.master:
-                run_dir.write_eval_text(self.path(f"eval_result_epoch{epoch}.txt"), self.eval_metrics)
+                path = self.path(f"eval_result_epoch{epoch}.txt")  # ColossalChat's file
+                run_dir.write_eval_text(path, self.eval_metrics)
         if self.step > 0 and self.save_dir:
             self.save(self.path("ckpt.pt"))
 
@@ -325,13 +326,11 @@ def main(argv=None):
     cfg = parse_args(argv)
     proc = runtime.setup_processes(cfg)
     run_dir.check_out_dir(cfg, proc)
-    made_it = not os.path.exists(cfg.out_dir)
-    lock = run_dir.claim(cfg.out_dir) if proc.master else None
+    lock = run_dir.claim(cfg.out_dir) if proc.master else None  # out_dir/.lock: this run's
     try:
         return train(cfg, proc)
     finally:
-        if lock is not None:
-            run_dir.release(lock, made_it)
+        run_dir.release(lock)
 
 
 def train(cfg, proc):

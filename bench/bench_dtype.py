@@ -207,8 +207,7 @@ def bench_cached_step(gguf, work, pairs, train_layers, repeats):
     from torch.utils.flop_counter import FlopCounterMode
 
     import model as model_py
-    import train_rm
-import nanorm.build
+    import nanorm.build
     from data.pairs import PairDataset, packed_attention_mask
     from reward import RewardModel
 

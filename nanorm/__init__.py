@@ -18,7 +18,9 @@ train_rm.py, eval_rm.py, data/) lean on, one concept per file. A first reading c
     rl.py            the reward model in use: PPO with the critic, GRPO with the verifier
                      (python -m nanorm.rl)
     report.py        what an evaluation reports: accuracy against length heuristics, plots
-    runtime.py       a run's plumbing: processes under torchrun, out_dir, log, curves, speed
+    build.py         the data, model and optimizer a train_rm.py run builds from its flags
+    run_dir.py       a run's folder: the claim and lock, log.jsonl and its loggers, the plots
+    runtime.py       who this process is: processes under torchrun, device, dtype, speed
     cli.py           options as a dataclass, checked; devices
     algebra/         the exact algebra verifiable.py compares answers with (pure Python)
 

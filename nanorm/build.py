@@ -1,15 +1,15 @@
 """
-The data and the reward model a train_rm.py run trains, built from its options: the class its flags choose
-(the plain RM, the LM-regularized one, ODIN's length head, the subset experts), the checkpoint
-it starts from, what is frozen (--train_layers), LoRA's adapters, and the cache of the frozen
-layers' output. A feature behind a flag is imported where its flag is handled, so a default run
-loads only what it runs.
+The data, the reward model and the optimizer a train_rm.py run builds from its options: the
+class its flags choose (the plain RM, the LM-regularized one, ODIN's length head, the subset
+experts), the checkpoint it starts from, what is frozen (--train_layers), LoRA's adapters, the
+cache of the frozen layers' output, AdamW's parameter groups. A feature behind a flag is
+imported where its flag is handled, so a default run loads only what it runs.
 
     meta, train, val = load_data(cfg, proc)           # the prepared pairs (rank 0 builds arith)
     rm = build_model(cfg, meta)                       # on the CPU, frozen weights marked
     options = model_options(rm, cfg)                  # the model's own loss() options
     train_cache, val_cache = open_caches(cfg, proc, rm, train, val, say)
-    optimizer = make_optimizer(rm, cfg, device)        # AdamW, decay on matrices alone
+    optimizer = make_optimizer(rm, cfg, device)       # AdamW, decay on matrices alone
 
 A first reading can skip this file: train_rm.py's loop is the same for every model built here.
 """

@@ -61,7 +61,7 @@ def shard(rm, proc):
     # the root keeps its weights gathered between forward and backward (the default for a root:
     # the reward head is tiny and the embedding is needed again at once for its gradient)
     fully_shard(rm, mp_policy=mp)
-    # train_rm's PairStep calls rm.loss or rm.loss_packed, which reach the backbone without
+    # train_rm's PairObjective calls rm.loss or rm.loss_packed, which reach the backbone without
     # going through rm's forward: FSDP gathers the root's weights in a forward hook, so they
     # are hooked too (named from the methods themselves: a renamed one fails here, loudly)
     for method in (rm.loss, rm.loss_packed):

@@ -4,16 +4,18 @@ claim (a run never replaces another by accident, and holds a lock while it runs)
 of log.jsonl and the loggers beside it (TensorBoard, W&B), and the pictures.
 
     check_out_dir(cfg, proc)           # refuse a folder holding a run unless --resume/--overwrite
-    lock = claim(out_dir)              # out_dir/.lock: one run at a time; release(lock, ...) at the end
+    lock = claim(out_dir)              # out_dir/.lock: one run at a time; release(lock) at the end
     start_log(path, keep_until=step)   # a resumed run keeps the log rows its checkpoint holds
     loggers = open_loggers(log_dir, use_wandb, config, master); append_row(path, row)
 
 A first reading can skip this file.
 """
 
+import fcntl
 import json
 import os
 import socket
+import stat
 from dataclasses import asdict, is_dataclass
 
 import torch.distributed as dist
@@ -44,50 +46,59 @@ def check_out_dir(cfg, proc):
 
 
 def claim(out_dir):
-    """A run owns its --out_dir while it runs: out_dir/.lock holds its process id, and a second
-    run into the folder is refused in one line naming the first. A lock whose process is gone
-    (a run killed before it could remove it) is taken over. -> the lock's path."""
+    """A run owns its --out_dir while it runs: it holds an exclusive lock (flock) on
+    out_dir/.lock, whose text names its process, and a second run into the folder is refused in
+    one line naming the first. The kernel drops the lock when the process ends, however it
+    ends, so a killed run's lock is free for the next one, and nothing is decided from the
+    file's text (a process id may be reused; a full disk leaves it empty). -> the lock, for
+    release."""
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise UsageError(f"--out_dir {out_dir} is a file: give a folder for the run")
+    made = not os.path.exists(out_dir)
     os.makedirs(out_dir, exist_ok=True)
-    path, me = os.path.join(out_dir, ".lock"), f"{os.getpid()} {socket.gethostname()}"
-    for _ in range(2):
+    path = os.path.join(out_dir, ".lock")
+    while True:
+        try:  # never through a link; a FIFO must not block the open
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+        except OSError as e:
+            raise UsageError(f"{path} is not a lock file ({e.strerror}): remove it") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise UsageError(f"{path} is not a lock file (not a regular file): remove it")
         try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            with open(path) as f:
-                pid, _, host = f.read().strip().partition(" ")
-            if not (host == socket.gethostname() and pid.isdigit() and not is_running(int(pid))):
-                raise UsageError(
-                    f"{out_dir} is in use by another run (process {pid} on {host or '?'}): "
-                    "wait for it to end, or choose another --out_dir"
-                ) from None
-            os.remove(path)  # a run that was killed: its lock is stale
-            continue
-        with os.fdopen(fd, "w") as f:
-            f.write(me + "\n")
-        return path
-    raise UsageError(f"{path}: could not take the lock of --out_dir {out_dir}")
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid, _, host = os.pread(fd, 200, 0).decode(errors="replace").strip().partition(" ")
+            os.close(fd)
+            raise UsageError(
+                f"{out_dir} is in use by another run (process {pid or '?'} on {host or '?'}): "
+                "wait for it to end, or choose another --out_dir"
+            ) from None
+        try:  # the file a finishing run has just removed is no lock: open the new one
+            if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    try:  # who holds it, for the message of a refused run (the lock itself is the flock)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
+    except OSError:
+        pass
+    return fd, path, made
 
 
-def release(lock, made_it):
-    """Remove the lock; a folder this run made and left empty (refused before writing) goes
-    too, so a refused run leaves no trace."""
-    os.remove(lock)
-    out_dir = os.path.dirname(lock)
-    if made_it and not os.listdir(out_dir):
+def release(lock):
+    """Give back the lock claim() took (None: nothing to do); a folder this run made and left
+    empty (refused before writing) goes too, so a refused run leaves no trace."""
+    if lock is None:
+        return
+    fd, path, made = lock
+    os.remove(path)  # removed while held: a run waiting on this file sees it is gone
+    os.close(fd)
+    out_dir = os.path.dirname(path)
+    if made and not os.listdir(out_dir):
         os.rmdir(out_dir)
-
-
-def is_running(pid):
-    """Whether process pid exists on this machine (someone else's counts)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 # ----------------------------------------------------------------------------- the log
@@ -120,29 +131,31 @@ def append_row(path, row):
 MODEL_TERMS = ("lm_loss", "rho_quality", "rho_length", "gate_loss", "gate_acc")
 
 
-def step_figures(out):
+def micro_metrics(out):
     """What a training row logs of one micro-step, as 0-d tensors left on the device: the
     objective, the pairwise loss, accuracy, the mean rewards, their margin, the model's terms."""
     r_c, r_r = out["r_chosen"].float(), out["r_rejected"].float()
-    figures = dict(objective=out["objective"].detach().float(), loss=out["rm_loss"].float())
-    figures.update(acc=accuracy(r_c, r_r), margin=(r_c - r_r).mean())
-    figures.update(reward_chosen=r_c.mean(), reward_rejected=r_r.mean())
-    figures.update({k: out[k].float() for k in MODEL_TERMS if k in out})
-    return figures
+    metrics = dict(objective=out["objective"].detach().float(), loss=out["rm_loss"].float())
+    metrics.update(acc=accuracy(r_c, r_r), margin=(r_c - r_r).mean())
+    metrics.update(reward_chosen=r_c.mean(), reward_rejected=r_r.mean())
+    metrics.update({k: out[k].float() for k in MODEL_TERMS if k in out})
+    return metrics
 
 
 class TrainingLog:
-    """Where a run's figures go: log.jsonl (rank 0, when there is a save_dir), TensorBoard and
-    W&B where they are on, and the printed lines. A training row is the mean of the figures of
+    """Where a run's metrics go: log.jsonl (rank 0, when there is a save_dir), TensorBoard and
+    W&B where they are on, and the printed lines. A training row is the mean of the metrics of
     the steps since the last row (a mean over the interval, not one noisy batch)."""
 
     def __init__(self, path, loggers, say, total_steps):
         self.path, self.loggers, self.say, self.total_steps = path, loggers, say, total_steps
+        if path:
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         self.sums, self.n, self.lr = {}, 0, None
 
-    def add(self, figures, lr):
-        """One optimizer step's figures (averaged over its micro-steps and the ranks)."""
-        for k, v in figures.items():
+    def add(self, metrics, lr):
+        """One optimizer step's metrics (averaged over its micro-steps and the ranks)."""
+        for k, v in metrics.items():
             self.sums[k] = self.sums.get(k, 0.0) + v
         self.n, self.lr = self.n + 1, lr
 

@@ -188,7 +188,7 @@ def end_processes(proc):
         dist.destroy_process_group()
 
 
-def one_process(model):
+def single_process(model):
     """The Processes of a trainer built in Python without torchrun: one, on the model's
     device, in the model's dtype (no autocast)."""
     device = str(next(model.parameters()).device)

@@ -3,7 +3,9 @@ backwards; two runs in one --out_dir; a run whose weights stop being finite; che
 and directories that claim sizes they do not hold. Each is one line (data.UsageError, printed
 by data.run with exit status 2), fast, and nothing kept is lost."""
 
+import fcntl
 import json
+import multiprocessing
 import os
 import socket
 import struct
@@ -56,17 +58,70 @@ def test_resume_refuses_to_change_the_run_or_go_back(arith, tmp_path):
 
 
 def test_a_run_owns_its_out_dir(arith, tmp_path):
-    """A live run's lock refuses a second run, naming it; a dead run's lock is taken over."""
+    """A live run's lock (a held flock) refuses a second run, naming it; a lock nobody holds is
+    taken over, whatever its text says (a dead run's pid, a live pid reused, nothing, garbage)."""
     tmp_path.mkdir(exist_ok=True)
-    (tmp_path / ".lock").write_text(f"{os.getpid()} {socket.gethostname()}\n")  # alive: us
+    held = open(tmp_path / ".lock", "w")
+    held.write(f"{os.getpid()} {socket.gethostname()}\n")
+    held.flush()
+    fcntl.flock(held, fcntl.LOCK_EX)  # a run that is alive holds it
     with pytest.raises(UsageError, match=f"in use by another run \\(process {os.getpid()}"):
         run(arith, tmp_path, "--max_iters", 1)
+    held.close()  # the run ended (or was killed): the kernel dropped its lock
     assert not (tmp_path / "ckpt.pt").exists()
-    gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    gone.wait()  # its pid is free now
-    (tmp_path / ".lock").write_text(f"{gone.pid} {socket.gethostname()}\n")
-    run(arith, tmp_path, "--max_iters", 1)
-    assert (tmp_path / "ckpt.pt").exists() and not (tmp_path / ".lock").exists()
+    for text in (f"{os.getpid()} {socket.gethostname()}\n", "", "\x00garbage"):
+        (tmp_path / ".lock").write_text(text)
+        run(arith, tmp_path, "--max_iters", 1, "--overwrite")
+        assert (tmp_path / "ckpt.pt").exists() and not (tmp_path / ".lock").exists()
+
+
+def test_a_lock_that_is_no_file_is_one_line(tmp_path):
+    """out_dir/.lock as a folder, a FIFO or a link (to /dev/zero): refused in one line, nothing
+    followed, nothing hangs."""
+    from nanorm.run_dir import claim
+
+    for make in (os.mkdir, os.mkfifo, lambda p: os.symlink("/dev/zero", p)):
+        d = tmp_path / make.__name__.replace("<lambda>", "link")
+        d.mkdir()
+        make(d / ".lock")
+        with pytest.raises(UsageError, match="is not a lock file.*remove it"):
+            claim(str(d))
+
+
+def _claim_once(out_dir, start, done, results):
+    from nanorm.run_dir import claim, release
+
+    start.wait()
+    try:
+        lock = claim(out_dir)
+    except UsageError:
+        results.put(0)
+        done.wait()
+        return
+    results.put(1)
+    done.wait()  # every process has tried while this one holds the folder
+    release(lock)
+
+
+def test_processes_that_take_over_a_stale_lock_together_get_one_owner(tmp_path):
+    """Four processes claiming a folder with a stale lock at once: exactly one owns it, every
+    time (taking over is the kernel's flock, not a remove that could delete a new lock)."""
+    ctx = multiprocessing.get_context("fork")
+    for trial in range(10):
+        out_dir = tmp_path / str(trial)
+        out_dir.mkdir()
+        (out_dir / ".lock").write_text("99999999 elsewhere\n")  # stale: nobody holds it
+        start, done, results = ctx.Barrier(4), ctx.Barrier(4), ctx.Queue()
+        procs = [
+            ctx.Process(target=_claim_once, args=(str(out_dir), start, done, results))
+            for _ in range(4)
+        ]
+        for p in procs:
+            p.start()
+        owners = sum(results.get(timeout=60) for _ in procs)
+        for p in procs:
+            p.join(timeout=60)
+        assert owners == 1, (trial, owners)
 
 
 def test_two_processes_in_one_out_dir(arith, tmp_path):

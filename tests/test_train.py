@@ -178,7 +178,7 @@ def test_sigkill_leaves_a_readable_checkpoint(arith, tmp_path):
 
 
 def test_nan_loss_stops_and_keeps_last_checkpoint(arith, tmp_path, monkeypatch):
-    real, calls = train_rm.PairStep.forward, []
+    real, calls = train_rm.PairObjective.forward, []
 
     def flaky(self, *batch):
         calls.append(1)
@@ -187,7 +187,7 @@ def test_nan_loss_stops_and_keeps_last_checkpoint(arith, tmp_path, monkeypatch):
             out["objective"] = out["objective"] * float("nan")
         return out
 
-    monkeypatch.setattr(train_rm.PairStep, "forward", flaky)
+    monkeypatch.setattr(train_rm.PairObjective, "forward", flaky)
     with pytest.raises(FloatingPointError, match="loss is nan at step 3: stopping.*ckpt.pt"):
         run(arith, tmp_path, "--max_iters", 10, "--eval_interval", 2)
     assert torch.load(tmp_path / "ckpt.pt", weights_only=True)["step"] == 2
