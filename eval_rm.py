@@ -49,7 +49,7 @@ from data.tokenizer import load_tokenizer
 from nanorm.ckpt import checkpoint_tokenizer, load_reward_model
 from nanorm.cli import REQUIRED, check_device, one_of, opt, parse_config
 from nanorm.report import Scored, best_of_n, response_lengths, write_served_report
-from nanorm.runtime import all_reduce_sum, auto_dtype, dtype_context, pin_small_fp32
+from nanorm.runtime import all_reduce_sum, auto_dtype, dtype_context
 from reward import LogSigLoss, ranked_right
 
 
@@ -242,7 +242,6 @@ def main(argv=None):
     # checkpoint's held-out accuracy is the one its training printed, to the last digit
     dtype = (info.get("record") or {}).get("train_config", {}).get("dtype", "auto")
     dtype = auto_dtype(args.device, rm.backbone.config) if dtype == "auto" else dtype
-    pin_small_fp32(args.device, dtype, rm.backbone.config)  # training's arithmetic, too
     ctx = dtype_context(args.device, dtype)
     if info["head"] == "random":
         print(

@@ -195,8 +195,8 @@ class Attention(nn.Module):
 
 
 # PyTorch's CPU attention kernel multiplies bf16 through oneDNN's AMX tiles where the CPU has AMX;
-# without AMX (AVX512-BF16 alone, or no bf16 at all) it is slower in bf16 than in fp32: backward
-# 1.64x, forward 1.1-1.2x on an AMD EPYC Zen 4 (bench/README.md). There bf16 attention runs in fp32.
+# without AMX it is slower in bf16 than in fp32 (bench/README.md measures it), so there bf16
+# attention runs in fp32.
 _CPU_ATTENTION_FP32 = not getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
 
 

@@ -60,10 +60,10 @@ def cpu_flags():
 
 def cpu_has_native_bf16():
     """Whether this CPU multiplies bf16 in hardware (AVX512-BF16 or AMX-BF16, through oneDNN),
-    where a bf16 matmul runs about twice as fast as fp32 (bench/bench_dtype.py: 389 against 193
-    GFLOP/s on an AMD EPYC Zen 4). Without them PyTorch converts bf16 to fp32 around every
-    product, which is slower than fp32 alone. Asks PyTorch's own probe (cpuinfo), else the
-    kernel's flags; oneDNN must be built in, since bf16 matmul on CPU goes through it."""
+    where a bf16 matmul runs faster than fp32 (bench/README.md measures how much). Without them
+    PyTorch converts bf16 to fp32 around every product, which is slower than fp32 alone. Asks
+    PyTorch's own probe (cpuinfo), else the kernel's flags; oneDNN must be built in, since bf16
+    matmul on CPU goes through it."""
     if not torch.backends.mkldnn.is_available():
         return False
     probe = getattr(torch.cpu, "_is_avx512_bf16_supported", None)
@@ -82,13 +82,9 @@ def bf16_pays_on_cpu(config):
     activation to bf16 before every product (and back for the norms, softmax and loss), a cost
     that grows with the matrices' size while the products grow with its cube: at small widths
     the conversions and oneDNN's per-call overhead outweigh the faster products. The width
-    decides (bench/bench_dtype.py's training-step table, bench/README.md: measured on an AMD
-    EPYC Zen 4, train_rm.py's runs lose in bf16 at dim 64 and 128 and are about even at 288,
-    and a training step gains 1.5x or more from 512;
-    an Intel Xeon with AMX ran the default run 2.3x slower in bf16 at 64, and SmolLM2 (576)
-    2.1x faster forward, 1.08x training its top 2 layers). The bar sits where both CPUs gain,
-    so that the small models (the default run, the notebooks') compute, and print, the same in
-    fp32 on either."""
+    decides; the bar sits where the CPUs measured in bench/README.md (bench/bench_dtype.py's
+    training-step table) all gain, so the small models (the default run, the notebooks') train
+    in fp32 everywhere."""
     return config.dim >= BF16_MIN_DIM and config.hidden_dim >= BF16_MIN_DIM
 
 
@@ -96,8 +92,7 @@ def auto_dtype(device, config=None):
     """--dtype auto: bf16 where it makes the model's step faster, fp32 elsewhere. On a GPU that
     supports bf16, always. On a CPU, only where the hardware multiplies bf16 natively (AVX512-BF16
     or AMX) and the model is wide enough for it to pay (bf16_pays_on_cpu); the default model
-    (dim 64) is 2-3x slower in bf16, so it trains in fp32 and prints the same figures on any
-    CPU. Without a config (before the model exists) the hardware alone answers. Under bf16 the
+    (dim 64) is slower in bf16, so it trains in fp32. Without a config (before the model exists) the hardware alone answers. Under bf16 the
     weights, the head, the loss and the reward differences stay fp32 (autocast;
     reward.apply_head). Exactness checks pass --dtype float32."""
     if device.startswith("cuda"):
@@ -106,22 +101,6 @@ def auto_dtype(device, config=None):
         native = cpu_has_native_bf16()
         return "bfloat16" if native and (config is None or bf16_pays_on_cpu(config)) else "float32"
     return "float32"  # mps: its bf16 autocast is not measured here
-
-
-def same_fp32_on_every_cpu():
-    """Make fp32 matrix products on the CPU round alike on every x86 CPU, Intel or AMD: sets
-    MKL_CBWR=COMPATIBLE (unless MKL_CBWR is already set), MKL's reproducible code branch. A
-    fp32 training run is chaotic: products summed in another order (MKL picks its kernels by
-    the CPU: AVX-512 ones on an Intel Xeon, others on an AMD EPYC) drift apart over hundreds of
-    steps, so the default run and the notebooks printed other figures on each machine (held-out
-    0.993 against 0.996, eval losses 10% apart). The price: those products run about 2.2x
-    slower, the default run 1.2x (bench/README.md); PyTorch's own kernels are the same code on
-    both CPUs (both AVX-512). MKL reads the setting at its first product, so call this before
-    the process's first matmul. An empty MKL_CBWR keeps MKL's own choice (bench/rl/run.sh's
-    recorded curves); AUTO is not that, but a reproducible mode of its own. Returns whether the
-    branch is COMPATIBLE."""
-    os.environ.setdefault("MKL_CBWR", "COMPATIBLE")
-    return os.environ["MKL_CBWR"] == "COMPATIBLE"
 
 
 def dtype_context(device, dtype):
@@ -136,17 +115,7 @@ def with_dtype(proc, option, config):
     auto_dtype's rule to the model's ModelConfig config, "float32" and "bfloat16" are taken as
     given."""
     dtype = auto_dtype(proc.device, config) if option == "auto" else option
-    pin_small_fp32(proc.device, dtype, config)
     return replace(proc, dtype=dtype, ctx=dtype_context(proc.device, dtype))
-
-
-def pin_small_fp32(device, dtype, config):
-    """A small model's fp32 run on the CPU (narrower than BF16_MIN_DIM: the default run's, the
-    notebooks') computes the same bits on every x86 CPU (same_fp32_on_every_cpu), so its
-    figures are any machine's. Wider fp32 models keep MKL's fastest kernels: there the products
-    are most of the step, and 2.2x slower products would cost nearly that much."""
-    if device == "cpu" and dtype == "float32" and config.dim < BF16_MIN_DIM:
-        same_fp32_on_every_cpu()
 
 
 def setup_processes(cfg):
@@ -220,9 +189,10 @@ def describe(rm, cfg, proc, train, val):
 
 def estimate_mfu(cfg, n_params, tokens_per_second, peak_flops=989e12, seq_len=None):
     """Model FLOPs utilisation: the FLOP/s that training at tokens_per_second needs, as a
-    fraction of the accelerator's peak, for a model of ModelConfig cfg (989e12: H100 SXM, bf16, dense). As nanoGPT, after
-    PaLM's appendix B, a trained token costs 6 N + 12 L H Q T FLOPs: each of the N weights
-    does a multiply-add forward and two backward; per layer the scores q.k and their sum
+    fraction of the accelerator's peak (default: an H100 SXM's dense bf16), for a model of
+    ModelConfig cfg. As nanoGPT, after PaLM's appendix B, a trained token costs
+    6 N + 12 L H Q T FLOPs: each of the N weights does a multiply-add forward and two
+    backward; per layer the scores q.k and their sum
     over v are H*Q*T multiply-adds each, forward, and twice that backward. N: the weights a
     token multiplies by (no embedding table, and for a reward model no LM head). T: the
     length attended over (default max_seq_len; the mean row length is fairer). Count

@@ -10,12 +10,6 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
 sys.path.insert(0, str(ROOT))  # tests import model, reward, ... from the project root
-from nanorm.runtime import same_fp32_on_every_cpu  # noqa: E402
-
-# MKL's reproducible branch for the whole test run, before its first product: the runs
-# train_rm.py starts in this process and in subprocesses then compute alike, as they do for a
-# user, whatever test ran first
-same_fp32_on_every_cpu()
 
 # a model small enough for any test: two layers, grouped-query attention, an odd vocabulary
 TINY = dict(dim=32, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=61, hidden_dim=64)
