@@ -17,6 +17,7 @@ import pytest
 import torch
 from conftest import ROOT
 
+import nanorm.ckpt
 import train_rm
 from data import UsageError
 from data.arith.prepare import main as prepare_arith
@@ -281,7 +282,7 @@ def test_torn_log_line_full_disk_and_output_paths_that_are_files(arith, tmp_path
     def full(*a, **k):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(train_rm, "save_checkpoint", full)
+    monkeypatch.setattr(nanorm.ckpt, "save_checkpoint", full)
     with pytest.raises(UsageError, match="could not be written at step 6 .No space left") as e:
         run(arith, tmp_path, "--max_iters", 6, "--eval_interval", 2, "--resume")
     assert "previous one is kept" in str(e.value) and "\n" not in str(e.value)
