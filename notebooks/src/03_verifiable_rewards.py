@@ -401,7 +401,7 @@ fig.tight_layout()
 # %% [markdown]
 # What a short run achieves, honestly: the model ranks most pairs the way the verifier does,
 # but far from all (about 6 in 10). The breakdown says which: it catches most answers that are
-# off by 10 and most swaps of two different digits (more than 3 in 4 of each), but it separates
+# off by 10 and most swaps of two different digits (8 or 9 in 10 of each), but it separates
 # answers off by 1 or 2 barely better than a coin. It has learned roughly where the answer
 # lies, not yet its last digit; the last plot shows the same thing as a plateau of high rewards
 # around the gold answer instead of the verifier's single spike. The answer's format matters
