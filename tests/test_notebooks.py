@@ -1,13 +1,27 @@
-"""notebooks/: each notebook is stored with the outputs of a real run, small, in sync with its
-source in notebooks/src/, and a fresh run prints what is stored: words equal, numbers within a
-unit of their last written digit (and 2%), lines about time and speed left out. With
-../shared/data every cell is compared; without it each notebook runs its fallbacks
-(NANORM_DATA=none) and the cells not tagged "shared-data" are compared."""
+"""notebooks/: each notebook is stored with the outputs of a real run, small and in sync with its
+source in notebooks/src/, and a fresh run shows what its prose claims.
+
+A fresh run's digits are not compared with the stored ones: fp32 sums run in another order on
+another CPU (AVX-512, AVX2 or scalar kernels, MKL's branch) and a training run drifts from that
+over hundreds of steps (eval losses 7-10% apart, other generated text). What holds on any CPU
+are the claims the text makes, CLAIMS below: per notebook, each a regex on the printed output
+(its groups the numbers) and a bound or a comparison. Each bound is the range measured on three
+kernel paths, each a full run of every notebook, widened by the margin its comment states:
+
+  (a) an AMD EPYC without AVX-512 (AVX2 kernels), 2 threads, MKL_CBWR="" (MKL's own kernels);
+  (b) the same CPU with ATEN_CPU_CAPABILITY=default (PyTorch's scalar kernels), OMP_NUM_THREADS=1;
+  (c) the outputs stored before this table existed (AMD EPYC Zen 4, AVX-512, MKL_CBWR=COMPATIBLE),
+      for the cells whose settings have not changed since.
+
+The stored outputs are run (a)'s. With ../shared/data every claim is checked; without it each
+notebook runs its fallbacks (NANORM_DATA=none) and the claims not tagged "shared-data" are
+checked, which read only the cells not tagged "shared-data". Nothing here reads the clock:
+no notebook has a time budget, no cell a timeout (CI has its own overall limit)."""
 
 import importlib.util
 import math
 import re
-import time
+from typing import NamedTuple
 
 import pytest
 from conftest import ROOT, SHARED
@@ -23,13 +37,30 @@ NOTEBOOKS = [
     "07_rl.ipynb",
 ]
 MAX_KB = 300  # stored size: pictures at 72 dpi, no embedded data
-BUDGET_S = 180  # each notebook, top to bottom, on a CPU
-REL_TOL = 0.02  # a number may move by this much between machines (float sums in another order)
-NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
-# lines that report time or speed: they differ on every run
-TIMING = re.compile(r"\d\s*(?:s|ms|sec|seconds|min)\b|tok/s|it/s|done in|elapsed", re.I)
-# temporary directories and object addresses differ on every run
-VOLATILE = re.compile(r"\S*(?:nanorm_|/tmp/|tmp[a-z0-9_]{6,})\S*|\b0x[0-9a-f]{6,}", re.I)
+NUM = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?inf|nan)"  # one printed number, a group
+
+
+class Claim(NamedTuple):
+    says: str  # the claim, in the words of the notebook's text
+    pattern: str  # a regex on the printed output; NUM groups are handed to holds as floats
+    holds: object  # (*numbers) -> bool
+    shared: bool = False  # needs ../shared/data: read from the cells tagged "shared-data" too
+
+
+def C(says, pattern, holds, shared=False):
+    return Claim(says, pattern.replace("NUM", NUM), holds, shared)
+
+
+def every(xs, bound):
+    return all(bound(x) for x in xs)
+
+
+def floats(text):
+    """The numbers of a printed list or array, "[1. 1. 1.]" or "[0.0, 0.1]"."""
+    return [float(x) for x in re.findall(NUM, text)]
+
+
+CLAIMS = {}  # per notebook, filled below
 
 
 def build_module():
@@ -44,9 +75,65 @@ def read(name):
     return nbformat.read(NB_DIR / name, as_version=4)
 
 
-def test_every_source_has_a_notebook():
+def printed(cell):
+    """The text a code cell printed: stdout and its value, not stderr's warnings, not pictures."""
+    text = ""
+    for o in cell.get("outputs", []):
+        if o.output_type == "stream" and o.name == "stdout":
+            text += o.text
+        elif o.output_type in ("execute_result", "display_data"):
+            text += o.get("data", {}).get("text/plain", "") + "\n"
+    return text
+
+
+def output(nb, with_shared):
+    """All the code cells' printed text; without with_shared, only the cells not tagged
+    "shared-data" (the ones whose output is the same without ../shared/data)."""
+    cells = [c for c in nb.cells if c.cell_type == "code"]
+    if not with_shared:
+        cells = [c for c in cells if "shared-data" not in c.metadata.get("tags", [])]
+    return "\n".join(printed(c) for c in cells)
+
+
+def as_number(text):
+    return float(text) if re.fullmatch(NUM, text) else text
+
+
+def broken(claims, nb, have_data=True):
+    """[(claim, why)] for each claim the printed output of nb does not show: its pattern is not
+    printed, or its numbers break its bound. Claims tagged shared are skipped without data."""
+    found = []
+    for claim in claims:
+        if claim.shared and not have_data:
+            continue
+        match = re.search(claim.pattern, output(nb, with_shared=claim.shared), re.M)
+        if match is None:
+            found.append((claim, "not printed"))
+            continue
+        values = [as_number(g) for g in match.groups()]
+        try:
+            ok = claim.holds(*values)
+        except (TypeError, ValueError, IndexError, ZeroDivisionError) as e:
+            ok, values = False, f"{values}: {e!r}"
+        if not ok:
+            found.append((claim, f"printed {match.group(0)!r} -> {values}"))
+    return found
+
+
+def report(name, found):
+    return f"{name}: {len(found)} claims fail\n" + "\n".join(
+        f"  {claim.says}: {why}" for claim, why in found
+    )
+
+
+def test_every_source_has_a_notebook_and_claims():
     sources = sorted(p.stem for p in (NB_DIR / "src").glob("*.py"))
     assert sources == [n.removesuffix(".ipynb") for n in NOTEBOOKS]
+    assert sorted(CLAIMS) == sorted(NOTEBOOKS)
+    for name, claims in CLAIMS.items():
+        assert len({c.says for c in claims}) == len(claims), f"{name}: a claim said twice"
+        for c in claims:
+            assert re.compile(c.pattern).groups >= 1, f"{name}: {c.says!r} reads no number"
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
@@ -64,115 +151,252 @@ def test_stored_with_outputs_small_and_in_sync(name):
     assert size_kb < MAX_KB, f"{name} is {size_kb:.0f} KB; keep figures small (dpi 72)"
 
 
-def printed(cell):
-    """The lines a code cell printed (stdout and its value; not stderr's warnings, not
-    pictures), with temporary paths masked and the lines about time left out."""
-    text = ""
-    for o in cell.get("outputs", []):
-        if o.output_type == "stream" and o.name == "stdout":
-            text += o.text
-        elif o.output_type in ("execute_result", "display_data"):
-            text += o.get("data", {}).get("text/plain", "") + "\n"
-    lines = [VOLATILE.sub("<tmp>", line).rstrip() for line in text.splitlines()]
-    return [line for line in lines if line and not TIMING.search(line)]
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_the_stored_run_shows_the_claims(name):
+    """The stored outputs (a run with ../shared/data) make every claim of the text."""
+    found = broken(CLAIMS[name], read(name))
+    assert not found, report(name, found)
 
 
-def close(stored, fresh):
-    """Two numbers as printed: equal within REL_TOL or one unit of the last digit written."""
-    unit = max(10.0 ** -len(s.split(".")[1].split("e")[0].split("E")[0]) if "." in s else 1.0
-               for s in (stored, fresh))  # fmt: skip
-    if "e" in stored.lower() or "e" in fresh.lower():
-        unit = 0.0
-    a, b = float(stored), float(fresh)
-    return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=unit * 1.01)
-
-
-def same_line(stored, fresh):
-    words = lambda line: NUMBER.split(line)
-    if words(stored) != words(fresh):
-        return False
-    return all(
-        close(a, b) for a, b in zip(NUMBER.findall(stored), NUMBER.findall(fresh), strict=True)
+def test_a_claim_that_does_not_hold_fails():
+    nbformat = pytest.importorskip("nbformat", reason="reading notebooks needs nbformat")
+    nb = nbformat.v4.new_notebook()
+    out = nbformat.v4.new_output
+    nb.cells = [nbformat.v4.new_code_cell("print()"), nbformat.v4.new_code_cell("print()")]
+    nb.cells[0].outputs = [
+        out("stream", name="stdout", text="step 400: eval loss 0.4548 acc 0.72\n")
+    ]
+    nb.cells[1].metadata["tags"] = ["shared-data"]
+    nb.cells[1].outputs = [out("stream", name="stdout", text="longer wins 0.613, max 6.2e+00\n")]
+    falls = C("the loss falls", r"step 400: eval loss NUM acc NUM", lambda loss, acc: loss < 0.6)
+    acc = C("accuracy above 0.8", r"step 400: eval loss NUM acc NUM", lambda loss, acc: acc > 0.8)
+    gone = C("a line that is not printed", r"step 800: eval loss NUM", lambda x: True)
+    data = C("longer wins", r"longer wins NUM, max NUM", lambda a, b: a > 0.6 and b > 1, True)
+    untagged = data._replace(shared=False)  # reads only the untagged cell: not printed there
+    assert broken([falls, data], nb) == []
+    assert broken([data], nb, have_data=False) == []  # skipped without the data
+    assert [c for c, _ in broken([falls, acc, gone, untagged], nb)] == [acc, gone, untagged]
+    assert (
+        broken([acc], nb)[0][1] == "printed 'step 400: eval loss 0.4548 acc 0.72' -> [0.4548, 0.72]"
     )
-
-
-def differences(stored_nb, fresh_nb, skip_tag=None):
-    """[(cell index, stored line, fresh line)] for each line that differs."""
-    found = []
-    pairs = zip(stored_nb.cells, fresh_nb.cells, strict=True)
-    for i, (old, new) in enumerate(pairs):
-        if old.cell_type != "code" or skip_tag in old.metadata.get("tags", []):
-            continue
-        a, b = printed(old), printed(new)
-        if len(a) != len(b):
-            found.append((i, f"{len(a)} lines", f"{len(b)} lines: {b[:3]}"))
-        found += [(i, x, y) for x, y in zip(a, b, strict=False) if not same_line(x, y)]
-    return found
+    inf = C("naive overflow", r"naive: \[NUM, NUM\]", lambda a, b: math.isinf(a) and b == 0.5)
+    nb.cells[0].outputs = [out("stream", name="stdout", text="naive: [inf, 0.5]\n")]
+    assert broken([inf], nb) == []
 
 
 def execute(nb):
     nbclient = pytest.importorskip("nbclient", reason="executing notebooks needs nbclient")
     client = nbclient.NotebookClient(
         nb,
-        timeout=BUDGET_S,  # per cell
+        timeout=None,  # no cell has a time limit: CI's overall limit is the only one
         kernel_name="python3",
         resources={"metadata": {"path": str(NB_DIR)}},  # cwd: notebooks/, as in Jupyter
     )
-    start = time.time()
     client.execute()  # raises CellExecutionError, naming the cell, if any cell raises
-    return time.time() - start
-
-
-def test_comparison_sees_a_stale_output_and_ignores_timing():
-    assert same_line(
-        "step 400: eval loss 0.4888 acc 0.7433", "step 400: eval loss 0.4889 acc 0.7433"
-    )
-    assert not same_line(
-        "step 400: eval loss 0.4888 acc 0.7433", "step 400: eval loss 0.4282 acc 0.7467"
-    )
-    assert not same_line("4.667 \\frac{14}{3} True", "4.667 \\frac{14}{3} False")
-    assert same_line("1200 of 1319", "1200 of 1319") and not same_line(
-        "1200 of 1319", "1230 of 1319"
-    )
-    assert same_line("-0.00", "0.00") and same_line("12345.6", "12350.1")  # 2% of a large number
-    nbformat = pytest.importorskip("nbformat", reason="reading notebooks needs nbformat")
-    cell = nbformat.v4.new_code_cell("print()")
-    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=(
-        "done in 3.2s\nstep 10: 512 tok/s\nwrote /tmp/nanorm_rm_ab12/ckpt.pt\nacc 0.75\n"))]  # fmt: skip
-    assert printed(cell) == ["wrote <tmp>", "acc 0.75"]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NOTEBOOKS)
-def test_a_fresh_run_prints_what_is_stored(name, monkeypatch):
+def test_a_fresh_run_shows_the_claims(name, monkeypatch):
     pytest.importorskip("ipykernel", reason="executing notebooks needs ipykernel")
-    stored = read(name)
-    fresh = read(name)  # executed in memory: the stored file is not touched
+    nb = read(name)  # executed in memory: the stored file is not touched
     have_data = SHARED.exists()
-    if not have_data:  # the fallbacks run; cells whose output needs the data are not compared
+    if not have_data:  # the fallbacks run; the claims that need the data are not checked
         monkeypatch.setenv("NANORM_DATA", "none")
-    elapsed = execute(fresh)
-    assert elapsed < BUDGET_S, f"{name} took {elapsed:.0f}s; keep each notebook under {BUDGET_S}s"
-    diff = differences(stored, fresh, skip_tag=None if have_data else "shared-data")
-    shown = "\n".join(f"  cell {i}: stored {a!r}\n           fresh  {b!r}" for i, a, b in diff[:8])
-    assert not diff, (
-        f"{name}: {len(diff)} printed lines differ from a fresh run "
-        f"({'with' if have_data else 'without'} ../shared/data); "
-        f"run python notebooks/build.py {name[:2]}\n{shown}"
-    )
+    execute(nb)
+    found = broken(CLAIMS[name], nb, have_data)
+    assert not found, report(f"{name} ({'with' if have_data else 'without'} ../shared/data)", found)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_runs_without_the_shared_data(name, monkeypatch):
-    """Every notebook has a fallback for a machine without ../shared/data (the run above covers
-    it where the data is absent)."""
+    """Every notebook has a fallback for a machine without ../shared/data, and its claims not
+    tagged shared hold there too (the run above covers this where the data is absent)."""
     if not SHARED.exists():
-        pytest.skip("covered by test_a_fresh_run_prints_what_is_stored on this machine")
+        pytest.skip("covered by test_a_fresh_run_shows_the_claims on this machine")
     pytest.importorskip("ipykernel", reason="executing notebooks needs ipykernel")
     monkeypatch.setenv("NANORM_DATA", "none")
     nb = read(name)
     execute(nb)
-    stored = read(name)
-    diff = differences(stored, nb, skip_tag="shared-data")
-    assert not diff, f"{name}: an untagged cell prints differently without the data: {diff[:4]}"
+    found = broken(CLAIMS[name], nb, have_data=False)
+    assert not found, report(f"{name} (without ../shared/data)", found)
+
+
+CLAIMS["01_llama.ipynb"] = [
+    C("RMSNorm brings each vector's RMS to 1", r"RMS after: +\[(.*?)\]",
+      lambda s: len(floats(s)) == 4 and every(floats(s), lambda x: abs(x - 1) < 0.01)),
+    C("RMSNorm does not center (a mean stays far from 0)", r"mean after: +\[(.*?)\]",
+      lambda s: max(map(abs, floats(s))) > 0.1),
+    C("LayerNorm's means are 0", r"LayerNorm's mean: \[(.*?)\]",
+      lambda s: every(floats(s), lambda x: abs(x) < 0.01)),
+    C("enable_gqa equals repeating the key/value heads", r"enable_gqa == repeated key/value heads: (\w+)",
+      lambda ok: ok == "True"),
+    C("4 key/value heads halve the KV cache of 8", r"KV cache for 512 tokens: NUM KiB with 8 kv heads, NUM KiB with 4",
+      lambda eight, four: eight == 2 * four == 1280),
+    C("FeedForward is w2(silu(w1 x) * w3 x)", r"FeedForward\(x\) == w2\(silu\(w1 x\) \* w3 x\): (\w+)",
+      lambda ok: ok == "True"),
+    C("stories260K has 260k parameters", r"([\d,]+) parameters", lambda n: n == "260,032", True),
+    C("model(tokens, mask) equals the forward given positions and mask", r"given positions and mask explicitly: (\w+)",
+      lambda ok: ok == "True", True),
+    C("the padded row matches its run alone to rounding with positions from the mask or columns, "
+      "not with mixed numbering",
+      r"row 0 \(10 padding\), max \|logit difference\| vs\. alone: from the mask (.+?), column index (.+?), mixed (\S+)",
+      lambda mask, col, mixed: mask == col == "< 1e-3 (rounding)" and float(mixed) > 0.1, True),
+    C("the unpadded row matches every way", r"row 1 \(0 padding\), max \|logit difference\| vs\. alone: (.*)",
+      lambda s: s.count("< 1e-3 (rounding)") == 3, True),
+    C("batched generation picks the tokens each row picks alone",
+      r"the same as generating it alone: (\w+)[\s\S]*the same as generating it alone: (\w+)",
+      lambda a, b: a == b == "True", True),
+]  # fmt: skip
+
+CLAIMS["04_critic.ipynb"] = [
+    C("the critic starts as the reward model at the last token",
+      r"critic's value at the last token: NUM +reward model: NUM", lambda v, r: v == r, True),
+    C("the critic returns 0 at the left padding",
+      r"values \(0 at the left padding\):\n \[\[[^\]]*\]\n \[ *NUM +NUM +NUM ",
+      lambda *v: v == (0, 0, 0), True),
+    C("GAE with lam = 1 is the Monte-Carlo advantage", r"lam = 1 is the Monte-Carlo advantage: (\w+)",
+      lambda ok: ok == "True"),
+    C("GAE with lam = 0 is the one-step TD error", r"lam = 0 is the one-step TD error: +(\w+)",
+      lambda ok: ok == "True"),
+    C("the clipped value stops just past old + eps = 0.2", r"V over 8 steps towards G = 1: \[(.*?)\]",
+      lambda s: 0.2 < floats(s)[-1] < 0.3 and len(set(floats(s)[-4:])) == 1),
+    C("the value loss's mean ignores padding", r"masked mean: NUM", lambda m: abs(m - 0.32) < 1e-6),
+]  # fmt: skip
+
+LOG2 = math.log(2)
+
+CLAIMS["02_reward_model.ipynb"] = [
+    C("the pad id is the EOS id", r"pad id NUM \(= eos id NUM", lambda pad, eos: pad == eos),
+    C("with left padding the last real token is the last column",
+      r"last_real_index, right padding: \[(.*?)\]\nlast_real_index, left padding: +\[(.*?)\]",
+      lambda right, left: set(floats(left)) == {max(floats(right))} and min(floats(right)) < max(floats(right))),
+    C("right-padded, left-padded and one row at a time give the same rewards",
+      r"right-padded batch: \[(.*?)\]\nleft-padded batch: +\[(.*?)\]\none row at a time: +\[(.*?)\]",
+      lambda *rows: every(zip(*map(floats, rows), strict=True), lambda r: max(r) - min(r) < 2e-5)),
+    C("the last column reads padding: another reward on each padded row, the same on the full one",
+      r"right-padded batch: \[(.*?)\][\s\S]*last column, right padding: \[(.*?)\]",
+      lambda right, last: [abs(a - b) < 2e-5 for a, b in zip(floats(right), floats(last), strict=True)]
+      == [False, False, True, False]),
+    C("the naive log(1 + exp(-delta)) overflows at delta = -1e4",
+      r"naive log\(1 \+ exp\(-delta\)\) at delta = 1e4, 0, -1e4: \[NUM, NUM, NUM\]",
+      lambda big, zero, small: math.isinf(big) and abs(zero - LOG2) < 1e-6),
+    C('pairwise_loss("logexp") is 1e4, log 2 and 0 there', r'pairwise_loss\("logexp"\), pair by pair: +\[NUM, NUM, NUM\]',
+      lambda a, b, c: a == 1e4 and abs(b - LOG2) < 1e-6 and c < 1e-6),
+    C("accuracy counts a tie as wrong", r"accuracy counts a tie as wrong: NUM", lambda acc: acc == 0.5),
+    C("the held-out loss starts at log 2", r"step 0: eval loss NUM", lambda loss: abs(loss - LOG2) < 0.005),
+    C("the held-out loss falls below 0.64 by step 150 (measured 0.567-0.573)",
+      r"step 150: eval loss NUM", lambda loss: loss < 0.64),
+    C("the trained model beats chance and longer-wins on all 1000 held-out pairs (measured 0.629-0.634)",
+      r"held-out accuracy NUM on 1000 pairs \(chance 0.5; 'longer response wins' NUM\)",
+      lambda acc, longer: acc > 0.56 and longer < 0.5),
+    C("the short run still ranks some pairs wrong", r"chosen '.*?' +NUM +rejected '.*?' +NUM",
+      lambda c, r: c <= r),
+]  # fmt: skip
+
+CLAIMS["03_verifiable_rewards.ipynb"] = [
+    C("a thousands comma matches", r"'2,125' matches '2125': (\w+)", lambda ok: ok == "True"),
+    C("the last answer counts: 'No wait, the answer is 20' gives 20, reward 0",
+      r"No wait, the answer is 20\. +'(\w+)' +NUM", lambda a, r: a == 20 and r == 0),
+    C("MATH-500's last box matches its answer field in 500 of 500",
+      r"matches the 'answer' field in NUM of NUM items", lambda a, n: a == n == 500, True),
+    C("every assert on answers_match holds", r"every claim above (holds)", lambda s: s == "holds"),
+    C("added, the format bonus makes the long wrong answer A1 the best (advantage +1.5); gated, 0",
+      r"A1 long, formatted, wrong +NUM +NUM +NUM \| +NUM +NUM \| +NUM +NUM",
+      lambda n, f, acc, add, add_adv, gated, gated_adv: add_adv == 1.5 and gated_adv == 0),
+    C("gated, the terse right answer B1 gets a positive advantage",
+      r"B1 terse, formatted, right +NUM +NUM +NUM \| +NUM +NUM \| +NUM +NUM",
+      lambda n, f, acc, add, add_adv, gated, gated_adv: gated_adv > 0),
+    C("the overlong penalty hits the 564-character answer, not the 44-character one",
+      r"564 chars +overlong_penalty NUM\n.*44 chars +overlong_penalty NUM", lambda a, b: a < 0 and b == 0),
+    C("the verifier agrees with its own labels in 1000 of 1000 pairs",
+      r"chosen scores 1 in NUM/NUM pairs, rejected 0 in NUM/NUM", lambda a, n, b, m: a == b == n == m == 1000),
+    C("the reward model ranks most pairs as the verifier does (measured 62.9-64.4%)",
+      r"prefers the verifier's choice in NUM% of the pairs", lambda pct: pct > 56),
+    C("it catches most answers off by 10 or with two digits swapped (measured 0.80-0.93), "
+      "answers off by 1 or 2 barely better than a coin (measured 0.51-0.57)",
+      r"by error: digits swapped NUM of 41, off by 1-2 NUM of 690, off by 10 NUM of 269",
+      lambda swapped, near, ten: swapped > 0.7 and ten > 0.7 and 0.4 < near < 0.65),
+    C("the answer's format matters far less than the kind of error (spreads 0.04-0.08 against 0.31-0.42)",
+      r"by error: digits swapped NUM of 41, off by 1-2 NUM of 690, off by 10 NUM of 269\n"
+      r".*by format: #### NUM of 331, \\boxed\{\} NUM of 345, answer is NUM of 324",
+      lambda a, b, c, x, y, z: max(x, y, z) - min(x, y, z) < (max(a, b, c) - min(a, b, c)) / 2),
+]  # fmt: skip
+
+CLAIMS["05_evaluation.ipynb"] = [
+    C("in helpful-base's held-out pairs the longer answer is the chosen one about 60% of the time",
+      r"helpful-base: NUM held-out pairs, longer wins NUM", lambda n, longer: n == 469 and 0.58 < longer < 0.64, True),
+    C("on its held-out pairs the model's accuracy is close to longer_wins (measured within 0.01)",
+      r"^helpful-base +469 +NUM +NUM +NUM", lambda acc, ties, longer: abs(acc - longer) < 0.04, True),
+    C("its rewards correlate strongly with length (measured 0.57-0.65)",
+      r"^helpful-base +469" + r" +NUM" * 11, lambda *c: c[9] > 0.3, True),  # c[9]: len_corr
+    C("it is right mostly when the chosen answer is the longer one (measured 0.60-0.73 apart)",
+      r"^helpful-base +469 +NUM +NUM +NUM +NUM +NUM", lambda acc, ties, longer, al, ash: al > ash + 0.4, True),
+    C("on harmless-base its accuracy falls below chance (measured 0.43)",
+      r"^harmless-base +500 +NUM", lambda acc: acc < 0.5, True),
+    C("on the length trap it prefers the padded answer in most pairs (measured 0.11-0.20)",
+      r"^length-trap +300 +NUM", lambda acc: acc < 0.3, True),
+    C("split by length: right when the chosen is longer, wrong when it is shorter",
+      r"\{'chosen longer': NUM, 'chosen shorter': NUM\}", lambda lo, sh: lo > 0.75 and sh < 0.35, True),
+]  # fmt: skip
+
+CLAIMS["06_rlhf_and_scale.ipynb"] = [
+    C("4 accumulated micro-batches give the big batch's gradient to float32 rounding",
+      r"max \|big batch - 4 accumulated micro-batches\| = NUM", lambda d: d < 1e-6),
+    C("without the 1/k the gradient is k = 4 times too large",
+      r"without the 1/4: \|gradient\| / \|big batch's\| = NUM", lambda r: r == 4),
+    C("Adam magnifies the same rounding with the learning rate (lr 0.1 over 10x lr 1e-5's gap)",
+      r"Adam lr 1e-05: max weight difference after 30 steps NUM\nAdam lr 1e-03: .* NUM\nAdam lr 1e-01: .* NUM",
+      lambda a, b, c: c > 10 * a and c > b),
+    C("two DDP processes under torchrun", r"8 pairs x 1 accumulation x NUM ranks", lambda n: n == 2),
+    C("DDP's weights equal one process's with --grad_accum 2 to 1e-6",
+      r"max \|two processes - one process with --grad_accum 2\| = NUM", lambda d: d < 1e-6),
+    C("RewardModelTrainer: 32 steps, the scheduler stepped with each, the last-token rule learned",
+      r"NUM optimizer steps, scheduler at NUM; held-out accuracy NUM",
+      lambda steps, sched, acc: steps == sched == 32 and acc > 0.9),
+    C("7B with AdamW: DDP does not fit an 80 GB GPU, FSDP over 8 does",
+      r"Llama-2-7B: DDP +NUM GiB per GPU; FSDP/2 +NUM, FSDP/8 +NUM", lambda ddp, f2, f8: ddp > 80 > f8),
+    C("with the LM term the held-out pairwise loss ends lower, by more than 0.04 (measured 0.085-0.124), "
+      "and the accuracy above chance",
+      r"lm_coef 0: held-out \(step, accuracy, pairwise loss\) \[(.*)\]\n"
+      r"lm_coef 1: held-out \(step, accuracy, pairwise loss\) \[(.*)\]",
+      lambda lm0, lm1: floats(lm1)[-1] < floats(lm0)[-1] - 0.04 and floats(lm1)[-2] > 0.56),
+    C("the response LM term equals the direct computation, and differs without the shift",
+      r"response_lm_loss NUM; by hand NUM; without the shift NUM", lambda t, h, n: t == h and abs(n - t) > 0.01),
+    C("on random tokens the shifted LM term stays near log 64, the unshifted one learns to copy",
+      r"shifted NUM, without the shift NUM", lambda s, c: s > 3.5 and c < 0.5),
+    C("the label-0 loss pushes r_chosen down", r"d loss / d r_chosen = NUM", lambda g: g > 0),
+    C("best_of_n and pass_at_n equal the brute force", r"best_of_n and pass_at_n (equal) the average", lambda s: s == "equal"),
+    C("13 of 640 answers right", r"NUM of NUM answers right", lambda right, n: right == 13 and n == 640),
+    C("at N = 1 every pick is random: gold 0.020 either way, proxy 4.60",
+      r"^ +1 +NUM +NUM +NUM +NUM +NUM$", lambda kl, g, o, p, t: g == o == 0.02 and abs(p - 4.60) < 0.005),
+    C("at N = 16 the proxy's pick is never right (oracle about 0.22), its proxy score 5.34",
+      r"^ +16 +NUM +NUM +NUM +NUM +NUM$", lambda kl, g, o, p, t: g == 0 and abs(o - 0.22) < 0.01 and abs(p - 5.34) < 0.005),
+]  # fmt: skip
+
+CLAIMS["07_rl.ipynb"] = [
+    C("before any update the KL to the reference is 0", r"KL per sequence: \[(.*?)\]",
+      lambda s: len(floats(s)) == 8 and every(floats(s), lambda x: x == 0)),
+    C("the reward is the proxy's score at the last token, 0 elsewhere", r"row 0's rewards: \[(.*?)\]",
+      lambda s: sum(x != 0 for x in floats(s)) == 1),
+    C("the critic reproduces the proxy at the last token", r"critic at row 0's last token NUM, proxy NUM",
+      lambda v, p: v == p),
+    C("on the first pass every ratio is 1 and the policy loss 0",
+      r"ratios in \[NUM, NUM\], policy loss NUM", lambda lo, hi, loss: lo == hi == 1 and abs(loss) < 1e-3),
+    C("the proxy, trained on 300 pairs, beats chance on held-out pairs (measured 0.626-0.64)",
+      r"held-out accuracy NUM; 'longer response wins'", lambda acc: acc > 0.58),
+    C("SFT teaches the policy to answer: its loss falls from 5.8 to below 0.7 (measured 0.557-0.585)",
+      r"sft step 0: loss NUM[\s\S]*sft step 199: loss NUM", lambda first, last: first > 5 and last < 0.7),
+    C("after one update the KL to the reference, on the policy's own samples, is above 0",
+      r"KL to the reference after one step, on 64 fresh samples: NUM nats", lambda kl: kl > 0.1),
+    C("rl.main: the KL starts at 0 and grows, the proxy's reward rises in 10 steps",
+      r"^step 0: kl NUM, proxy NUM, gold NUM\nstep 10: kl NUM, proxy NUM, gold NUM",
+      lambda kl0, p0, g0, kl, p, g: kl0 == 0 and kl > 0.3 and p > p0),
+    C("PPO against the 5,000-pair proxy, seed 0: the gold rises 0.66 -> 0.72 by step 17, ends 0.44",
+      r"ppo_proxy5000_kl0.02_seed0: gold NUM -> peak NUM at step NUM \(kl NUM\) -> end NUM; proxy NUM -> NUM",
+      lambda g0, peak, step, kl, end, p0, p1: (g0, peak, step, end) == (0.66, 0.72, 17, 0.44) and p1 > p0),
+    C("GRPO against the verifier ends near 0.9 (both seeds)",
+      r"grpo_verifier_kl0.02_seed0: gold NUM -> peak NUM .*-> end NUM;[^\n]*\n.*grpo_verifier_kl0.02_seed1: gold NUM -> peak NUM .*-> end NUM;",
+      lambda a0, p0, e0, a1, p1, e1: e0 >= 0.85 and e1 >= 0.85 and a0 < 0.65 and a1 < 0.65),
+]  # fmt: skip

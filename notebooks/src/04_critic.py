@@ -9,6 +9,11 @@
 # 1. per-token values, and **which token each value belongs to** (the classic off-by-one);
 # 2. **GAE** on a small episode, with a plot of the advantages for several $\lambda$;
 # 3. PPO's **clipped value loss**, and why it stops the critic from moving too far at once.
+#
+# **The printed outputs** stored with this notebook are one machine's run: an AMD EPYC without
+# AVX-512, 2 cores. On another CPU the digits differ (PyTorch and MKL pick other kernels there,
+# which add floats in another order, and a training run drifts from that), while the claims the
+# text makes hold: `tests/test_notebooks.py` checks each of them on a fresh run.
 
 # %% tags=["shared-data"]
 import os
@@ -23,12 +28,10 @@ from critic import Critic, gae, response_values, value_loss
 from data.tokenizer import load_tokenizer
 from model import ModelConfig
 from reward import RewardModel
-from nanorm.runtime import same_fp32_on_every_cpu
 
 plt.rcParams.update({"figure.dpi": 72, "savefig.dpi": 72, "font.size": 9})
 torch.manual_seed(0)
 torch.set_num_threads(1)  # tiny models: one thread is as fast, and kind to a shared CPU
-same_fp32_on_every_cpu()  # MKL's reproducible branch: what any x86 CPU prints, Intel or AMD
 # ../shared/data holds the real data sets; NANORM_DATA=none runs the small fallbacks instead
 DATA = os.environ.get("NANORM_DATA", os.path.join("..", "..", "shared", "data"))
 STORIES = os.path.join(DATA, "llama2c", "stories260K")

@@ -15,6 +15,11 @@
 # 2. evaluate it on its held-out pairs, on the *harmless* subset it never saw, and on a length
 #    trap built from its own pairs,
 # 3. read the plots.
+#
+# **The printed outputs** stored with this notebook are one machine's run: an AMD EPYC without
+# AVX-512, 2 cores. On another CPU the digits differ (PyTorch and MKL pick other kernels there,
+# which add floats in another order, and a training run drifts from that), while the claims the
+# text makes hold: `tests/test_notebooks.py` checks each of them on a fresh run.
 
 # %%
 import json
@@ -36,11 +41,9 @@ from data.hh_rlhf.prepare import main as prepare_hh
 from data.pairs import PairDataset
 from data.rows import read_pairs
 from data.tokenizer import load_tokenizer
-from nanorm.runtime import same_fp32_on_every_cpu
 
 plt.rcParams.update({"figure.dpi": 72, "savefig.dpi": 72, "font.size": 9})
 torch.set_num_threads(1)  # a 0.2M-parameter model gains nothing from threads; kind to a shared CPU
-same_fp32_on_every_cpu()  # MKL's reproducible branch: what any x86 CPU prints, Intel or AMD
 # ../shared/data holds the real data sets; NANORM_DATA=none runs the small fallbacks instead
 SHARED = os.environ.get("NANORM_DATA", os.path.join("..", "..", "shared", "data"))
 HH = os.path.join(SHARED, "hh-rlhf")
@@ -77,14 +80,15 @@ else:
 
 # %% [markdown]
 # A 4-layer LLaMA (`--model nano`, 0.26M parameters) trained from scratch with the plain
-# pairwise loss, 150 steps of 16 pairs. At its end `train_rm` writes the same `eval.json` and
-# plots for its final evaluation as `eval_rm.py` does: one code path for both.
+# pairwise loss, 50 steps of 16 pairs (under a minute on a laptop CPU). At its end `train_rm`
+# writes the same `eval.json` and plots for its final evaluation as `eval_rm.py` does: one code
+# path for both.
 
 # %% tags=["shared-data"]
 run = f"{work}/run"
 args = ["--dataset", train_dir, "--out_dir", run, "--model", "nano", "--lm_coef", "0",
-        "--max_seq_len", "192", "--max_iters", "150", "--batch_size", "16", "--warmup", "10",
-        "--eval_interval", "150", "--eval_pairs", "1000", "--log_interval", "50",
+        "--max_seq_len", "192", "--max_iters", "50", "--batch_size", "16", "--warmup", "10",
+        "--eval_interval", "50", "--eval_first", "false", "--eval_pairs", "1000", "--log_interval", "10",
         "--device", "cpu", "--dtype", "float32"]  # fmt: skip
 final = train_rm.main(args)
 
@@ -185,8 +189,8 @@ fig.tight_layout()
 # * on **harmless-base**, where the preferred answer is usually the shorter one, its accuracy
 #   falls to about `longer_wins`, below chance;
 # * on the **length trap** it prefers the padded answer to the same answer without padding in
-#   about four pairs of five (accuracy 0.20 in the stored run), although the padding adds
-#   nothing. (Its `longer_wins` is not 0:
+#   most pairs (its accuracy there is below 0.3 on every CPU measured), although the padding
+#   adds nothing. (Its `longer_wins` is not 0:
 #   an answer longer than 192 tokens keeps only its end, so some trap pairs tie in length.) A policy optimised against this reward would
 #   learn to add such sentences (the "thanks" exploit reported against DeepSpeed-Chat).
 #

@@ -16,6 +16,11 @@
 #    while the gold rises and then falls (over-optimization), and GRPO against the verifier.
 #
 # Everything here is `nanorm/rl.py`'s own functions; the notebook defines none of its own.
+#
+# **The printed outputs** stored with this notebook are one machine's run: an AMD EPYC without
+# AVX-512, 2 cores. On another CPU the digits differ (PyTorch and MKL pick other kernels there,
+# which add floats in another order, and a training run drifts from that), while the claims the
+# text makes hold: `tests/test_notebooks.py` checks each of them on a fresh run.
 
 # %%
 import copy
@@ -32,11 +37,9 @@ import torch
 
 from nanorm import rl
 from critic import Critic, gae, response_values, value_loss
-from nanorm.runtime import same_fp32_on_every_cpu
 
 plt.rcParams.update({"figure.dpi": 72, "savefig.dpi": 72, "font.size": 9})
 torch.set_num_threads(1)  # a 0.2M-parameter model gains nothing from threads; kind to a shared CPU
-same_fp32_on_every_cpu()  # MKL's reproducible branch: what any x86 CPU prints, Intel or AMD
 work = tempfile.mkdtemp(prefix="nanorm_rl_")
 
 # %% [markdown]
@@ -47,13 +50,19 @@ work = tempfile.mkdtemp(prefix="nanorm_rl_")
 # LLaMA of the same shape to answer, by next-token cross-entropy on the right answers only.
 # Both are cached in `--cache_dir`, so `nanorm/rl.py`'s later runs reuse them. The gold is
 # `RLVRRewardModel([gsm8k_reward])`: 1 when the answer is right ("The answer is 11.",
-# "#### 11", "\boxed{11}"), else 0. (Shorter than `nanorm/rl.py`'s defaults, to run in a minute.)
+# "#### 11", "\boxed{11}"), else 0. (Shorter than `nanorm/rl.py`'s defaults: each of the two
+# cells below runs in under a minute.)
 
 # %%
-SHORT = ["--out_dir", work, "--sft_steps", "300", "--proxy_pairs", "300", "--proxy_iters", "150"]
+SHORT = ["--out_dir", work, "--sft_steps", "200", "--proxy_pairs", "300", "--proxy_iters", "150"]
 args = rl.parse_args(SHORT)
 data_dir, train, val, meta, tok = rl.arith()
 proxy = rl.proxy_reward_model(data_dir, args)
+
+# %% [markdown]
+# The SFT policy: 200 steps of 64 right answers each, the loss on the response tokens only.
+
+# %%
 policy = rl.sft_policy(train, meta, copy.deepcopy(proxy.backbone.config), args)
 gold_rm = rl.verifier(tok)
 for m in (policy, proxy.backbone):
