@@ -234,13 +234,13 @@ assert gap < 1e-6
 # the forward goes inside the `with`.) The loop, from `RewardModelTrainer.fit` in `train_rm.py`:
 #
 # ```python
-# micro = i % accum
-# sync = nullcontext()
-# if proc.ddp and micro < accum - 1:  # DDP's no_sync, or FSDP's
-#     sync = self.no_sync()
-# with sync, proc.ctx:
-#     out = self.step_fn(b)
-#     (out["objective"] / accum).backward()
+# n, metrics, tokens, computed = len(micro_batches), {}, 0, 0
+# for micro, b in enumerate(micro_batches):  # the sampler's micro-batches of one step
+#     b = as_batch(b).to(proc.device)
+#     sync = self.no_sync() if proc.ddp and micro < n - 1 else nullcontext()
+#     with sync, proc.ctx:
+#         out = self.step_fn(b)
+#         (out["objective"] / n).backward()
 # ```
 #
 # That loop is ColossalChat's `RewardModelTrainer`, which `python train_rm.py` builds from its

@@ -54,13 +54,13 @@ work = tempfile.mkdtemp(prefix="nanorm_rl_")
 # cells below runs in under a minute.)
 
 # %%
-SHORT = ["--out_dir", work, "--sft_steps", "200", "--proxy_pairs", "300", "--proxy_iters", "150"]
+SHORT = ["--out_dir", work, "--sft_steps", "300", "--proxy_pairs", "300", "--proxy_iters", "150"]
 args = rl.parse_args(SHORT)
 data_dir, train, val, meta, tok = rl.arith()
 proxy = rl.proxy_reward_model(data_dir, args)
 
 # %% [markdown]
-# The SFT policy: 200 steps of 64 right answers each, the loss on the response tokens only.
+# The SFT policy: 300 steps of 64 right answers each, the loss on the response tokens only.
 
 # %%
 policy = rl.sft_policy(train, meta, copy.deepcopy(proxy.backbone.config), args)
