@@ -156,8 +156,8 @@ def _load(path, override, dtype):
             found = list(obj) if isinstance(obj, dict) else type(obj).__name__
             raise ValueError(
                 f"{path}: not a checkpoint nanoRM reads: a torch file needs kind/config/model "
-                f"(train_rm.py's ckpt.pt), model and model_args (llama2.c's), or a state dict "
-                f"of tensors (ColossalChat's, with config=), found {found}"
+                f"(train_rm.py's ckpt.pt) or model and model_args (llama2.c's), or is a state "
+                f"dict of tensors read with config= (ColossalChat's), found {found}"
             )
     else:
         fmt, (config, sd), heads, head = "llama2c", _read_llama2c_bin(path), {}, "random"
