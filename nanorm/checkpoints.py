@@ -575,7 +575,7 @@ def _hf_to_meta_name(name):
     if name.startswith("layers.") and name.count(".") >= 3:
         i, rest = name.removeprefix("layers.").split(".", 1)
         module, suffix = rest.rsplit(".", 1)
-        if module in _FROM_HF and i.isdigit():
+        if module in _FROM_HF and i.isdigit() and suffix == "weight":  # LLaMA has no biases
             return f"layers.{i}.{_FROM_HF[module]}.{suffix}"
     return None
 
