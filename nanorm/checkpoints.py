@@ -113,7 +113,7 @@ def model_config(config):
     if isinstance(config, dict):
         return ModelConfig(**config)
     if hasattr(config, "to_dict"):
-        return ModelConfig(**config_from_hf(config.to_dict()))
+        return ModelConfig(**_config_from_hf(config.to_dict()))
     raise TypeError(f"config must be a ModelConfig or a LlamaConfig, got {type(config).__name__}")
 
 
@@ -165,11 +165,11 @@ def _load(path, override, dtype):
     if fmt == "hf" and not config.get("tie_embeddings") and "output.weight" not in sd:
         # a reward model's file (an HF classifier, ColossalChat's RM, a LlamaModel) has no LM
         # head: load it with a zero one, which reward heads never read
-        checked_config(config, sd, path)  # its sizes, before (vocab, dim) is allocated
+        _checked_config(config, sd, path)  # its sizes, before (vocab, dim) is allocated
         sd["output.weight"] = torch.zeros(config["vocab_size"], config["dim"])
     if dtype is not None and dtype != "auto":
         sd = {k: v.to(dtype) if v.is_floating_point() else v for k, v in sd.items()}
-    backbone = transformer_from_state_dict(config, sd, path)
+    backbone = _build(config, sd, path)
     dim = backbone.config.dim
     for name, want in (("head.weight", (1, dim)), ("head.bias", (1,))):
         if head != "trained" and name in heads and tuple(heads[name].shape) != want:
@@ -192,12 +192,13 @@ def _is_torch_file(path):
         return f.read(2) == b"PK"
 
 
-def _read_torch(path, mmap=True):
-    """torch.load(path, weights_only=True) on the CPU, a damaged file as one UsageError."""
+def _read_torch(path):
+    """torch.load(path, weights_only=True), memory-mapped on the CPU: the tensors are read
+    where they are used. A damaged file is one UsageError."""
     if not zipfile.is_zipfile(path):  # the archive's directory is at its end: cut off
         raise UsageError(f"{path} is corrupt (truncated: its zip archive has no end)")
     try:
-        return torch.load(path, weights_only=True, map_location="cpu", mmap=mmap)
+        return torch.load(path, weights_only=True, map_location="cpu", mmap=True)
     except (RuntimeError, EOFError, OSError) as e:  # e.g. a truncated file: no central directory
         reason = str(e).split(". ")[0]  # torch's first sentence; the rest is advice
         raise UsageError(f"{path} is corrupt ({reason})") from None
@@ -209,13 +210,13 @@ def _read_torch(path, mmap=True):
 SIZES = ("dim", "n_layers", "n_heads", "vocab_size")  # what every file states or implies
 
 
-def transformer_from_state_dict(config, sd, source):
+def _build(config, sd, source):
     """A Transformer of config (ModelConfig keyword arguments) holding sd's tensors (Meta's
     names), checked against it; source names the file in errors. What a file claims is
     checked before anything is built (sizes, then the embeddings and the layers present), so a
     few-KB file claiming a billion layers is refused, not allocated. Built on the meta device,
     then adopts the tensors (assign=True): no second copy. A stray key is an error naming it."""
-    cfg = checked_config(config, sd, source)
+    cfg = _checked_config(config, sd, source)
     with torch.device("meta"):
         model = Transformer(cfg)
     if cfg.tie_embeddings:
@@ -239,7 +240,7 @@ def transformer_from_state_dict(config, sd, source):
     return model.eval()
 
 
-def checked_config(config, sd, source):
+def _checked_config(config, sd, source):
     """ModelConfig(**config) once its sizes are positive integers that fit each other and the
     tensors in sd: the token embeddings (vocab_size, dim) and n_layers layers present."""
     if not isinstance(config, dict):
@@ -428,7 +429,7 @@ def _read_hf(directory, override):
         record = hf.get("nanorm_reward") or {}  # an export's calibration (nanorm/export_hf.py)
         if override is None:
             try:
-                override = config_from_hf(hf)
+                override = _config_from_hf(hf)
             except KeyError as e:
                 raise ValueError(f"{path}: no {e.args[0]!r}, which a LLaMA config has") from None
             except (TypeError, ZeroDivisionError):
@@ -483,7 +484,7 @@ def _from_hf_names(named, config, dtype, source):
     return sd, heads, head
 
 
-def config_from_hf(hf):
+def _config_from_hf(hf):
     """ModelConfig kwargs from a Hugging Face LlamaConfig dict (transformers 4.x or 5.x keys)."""
     if hf.get("attention_bias") or hf.get("mlp_bias"):
         raise ValueError("config.json: attention_bias / mlp_bias are not LLaMA; not supported")
