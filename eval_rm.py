@@ -33,7 +33,6 @@ it and the rewards' mean and std on --data (held-out pairs) in --ckpt. See nanor
 train_rm imports eval_rm), so a prepared dataset gives train_rm's accuracy to the last digit.
 """
 
-import json
 import os
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -46,6 +45,7 @@ from data import UsageError, run
 from data.chat import chat_format
 from data.pairs import as_batch, open_dataset
 from data.tokenizer import load_tokenizer
+from nanorm.checkpoints import load
 from nanorm.ckpt import checkpoint_tokenizer, load_reward_model
 from nanorm.cli import REQUIRED, check_device, one_of, opt, parse_config
 from nanorm.report import Scored, best_of_n, response_lengths, write_served_report
@@ -131,28 +131,19 @@ def evaluate(
 
 # ----------------------------------------------------------------------------- the model
 def load_model(path):
-    """(reward model, info): info holds the training data's meta.json ({} if unknown), its
-    training batch size, whether the checkpoint carries a tokenizer (ckpt.checkpoint_tokenizer
-    reads it), where the head's weights come from: "trained" (train_rm), "score" (an HF
-    classifier's) or "random", the record of its length calibration and normalization (the
-    ckpt.pt dict, an export's config.json "nanorm_reward") and the dataset it was trained on."""
-    rm, ckpt = load_reward_model(path)
-    if ckpt is not None:
-        train = ckpt.get("train_config") or {}
-        info = dict(meta=ckpt.get("data_meta") or {}, batch_size=train.get("batch_size"))
-        info.update(has_tokenizer=True, head="trained", record=ckpt, dataset=train.get("dataset"))
-        return rm, info
-    config, classifier, record = os.path.join(path, "config.json"), False, {}
-    if os.path.isfile(config):
-        with open(config) as f:
-            config = json.load(f)
-        names = config.get("architectures") or []
-        classifier = any(a.endswith("ForSequenceClassification") for a in names)
-        record = config.get("nanorm_reward") or {}  # an export's calibration (nanorm/export_hf.py)
-    own_tok = path.endswith(".gguf") or os.path.isdir(path)  # else llama2.c: none inside
-    head = "score" if classifier else "random"
-    info = dict(meta={}, batch_size=None, has_tokenizer=own_tok, head=head)
-    return rm, info | dict(record=record, dataset=None)
+    """(reward model, info), from one read of path (checkpoints.load): info holds the training
+    data's meta.json ({} if unknown), its training batch size, whether the checkpoint carries a
+    tokenizer, the checkpoint read (ckpt.checkpoint_tokenizer reads its tokenizer from it),
+    where the head's weights come from ("trained" by train_rm, an HF classifier's "score",
+    ColossalChat's "value_head", or "random"), the record of its length calibration and
+    normalization (the ckpt.pt dict, an export's config.json "nanorm_reward") and the dataset
+    it was trained on."""
+    c = load(path)
+    rm, _ = load_reward_model(c)
+    train = c.record.get("train_config") or {} if c.kind else {}
+    info = dict(meta=c.record.get("data_meta") or {}, batch_size=train.get("batch_size"))
+    info.update(has_tokenizer=c.format != "llama2c", head=c.head, record=c.record)
+    return rm, info | dict(checkpoint=c, dataset=train.get("dataset"))
 
 
 def fit_calibration(rm, data, pad_id, batch_size, n_pairs=None, **scoring):
@@ -249,7 +240,7 @@ def main(argv=None):
             "so these scores measure nothing yet"
         )
     batch_size = args.batch_size or info["batch_size"] or 32
-    if args.save_calibration and info["head"] != "trained":
+    if args.save_calibration and info["checkpoint"].kind is None:
         fail(f"--save_calibration: {args.ckpt} is not a train_rm.py checkpoint (ckpt.pt)")
     cal = info["record"].get("length_calibration") if args.calibrate_length is not False else None
     if args.calibrate_length and cal is None:
@@ -275,7 +266,7 @@ def main(argv=None):
                 if args.tokenizer:
                     tok = load_tokenizer(args.tokenizer)
                 else:  # the checkpoint's own, the .gguf's or the HF directory's
-                    tok = checkpoint_tokenizer(args.ckpt)
+                    tok = checkpoint_tokenizer(info["checkpoint"])
                 name = args.chat if args.chat != "auto" else info["meta"].get("chat_format", "auto")
                 tok_cache.append((tok, chat_format(tok, name)))
             except (OSError, ValueError) as e:

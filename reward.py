@@ -29,8 +29,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from data import UsageError
 from data.pairs import packed_attention_mask, packed_block_mask, right_pad
 from model import ModelConfig, Transformer
+from nanorm.checkpoints import Checkpoint, load, model_config
 
 LOSSES = ("logsig", "logexp", "bce")
 LM_CHUNK = 1024  # response tokens per LM-head call: at most (LM_CHUNK, vocab) logits alive
@@ -214,54 +216,104 @@ def chunked_cross_entropy(lm_head, h, labels, chunk):
 
 
 # ----------------------------------------------------------------------------- the models
-def as_model_config(config):
-    """A ModelConfig from a ModelConfig or a transformers LlamaConfig (read through its dict,
-    so transformers need not be imported here)."""
-    if isinstance(config, ModelConfig):
-        return config
-    if hasattr(config, "to_dict"):
-        from nanorm.checkpoints import config_from_hf  # HF's names: where HF files are read
-
-        return ModelConfig(**config_from_hf(config.to_dict()))
-    raise TypeError(f"config must be a ModelConfig or a LlamaConfig, got {type(config).__name__}")
+# heads a checkpoint of another class holds that a model starting from it does not read, and why
+# (a class's own checkpoint gives all its heads; any other tensor is refused by name)
+STARTS_WITHOUT = {
+    "head.bias": "a constant offset of every reward, which pairwise losses never see; "
+    "a head without a bias (LMRegularizedRewardModel's) cannot hold it",
+    "length_head.": "ODIN's length head, read by its training alone (nanorm/length_head.py)",
+    "experts.": "the subset experts' mixture: another class starts from the shared head",
+    "gate.": "the subset experts' gate: another class starts from the shared head",
+}
 
 
 class ScalarHeadModel(nn.Module):
     """A LLaMA backbone with a Linear(dim, 1) `head`: the reward models here and critic.Critic.
-    It owns construction; a subclass says where the head reads (forward). nanorm/ckpt.py saves
-    them, nanorm/checkpoints.py reads them (cls(pretrained=path), load_reward_model)."""
+    It owns construction; a subclass says where the head reads (forward). Files are read below
+    it (nanorm/checkpoints.py: load), checkpoints written above it (nanorm/ckpt.py)."""
 
     head_bias = True
 
-    def __init__(self, backbone=None, *, pretrained=None, config=None, **hf_kwargs):
-        """The seeds' constructors: cls(backbone) puts a new head on a LLaMA; cls(pretrained=path)
-        (or cls(path)), as ColossalChat builds its models, reads any checkpoint nanoRM reads
-        (ckpt.pt, llama2.c .bin/.pt, Meta or HF directory, .gguf) with its heads where it has
-        them; cls(config=c) (or cls(c), as LLMBook builds its model) is a new model of that
-        shape, c a model.ModelConfig or a transformers LlamaConfig. A hub name is not read:
-        download it first (huggingface-cli download NAME --local-dir DIR) and pass DIR.
-        hf_kwargs (ColossalChat passes them to from_pretrained: torch_dtype, ...) are unused."""
+    def __init__(self, backbone=None, *, pretrained=None, config=None, torch_dtype=None, **kwargs):
+        """cls(backbone) puts a new head on a LLaMA. cls(pretrained=path) (or cls(path)), as
+        ColossalChat builds its models, reads any checkpoint nanoRM reads (ckpt.pt, llama2.c
+        .bin/.pt, Meta or HF directory, ColossalChat's RewardModel, .gguf) with its heads where
+        it has them; pretrained may also be a checkpoints.Checkpoint already read. With config=
+        too, config is the shape the weights are read into (ColossalChat's from_pretrained(
+        pretrained, config=config)); alone, cls(config=c) (or cls(c), as LLMBook builds its model)
+        is a new model of that shape. c: a model.ModelConfig or a transformers LlamaConfig.
+        torch_dtype (or dtype, its newer name): the backbone's dtype; the head stays float32, as
+        ColossalChat's value head does. Any other keyword ColossalChat passes to from_pretrained
+        (use_flash_attention_2, ...) is refused by name: nothing here would honour it. A hub name
+        is not read: download it first (huggingface-cli download NAME --local-dir DIR)."""
         super().__init__()
-        if isinstance(backbone, (str, os.PathLike)):
+        dtype = kwargs.pop("dtype", None) if torch_dtype is None else torch_dtype
+        if kwargs:
+            name = next(iter(kwargs))
+            raise UsageError(
+                f"{type(self).__name__}({name}=...): not honoured by nanoRM's models (they take "
+                "backbone, pretrained, config and torch_dtype): leave it out"
+            )
+        if isinstance(backbone, (str, os.PathLike, Checkpoint)):
             backbone, pretrained = None, backbone
         elif backbone is not None and not isinstance(backbone, Transformer):
             backbone, config = None, backbone  # a config, positional
-        if sum(x is not None for x in (backbone, pretrained, config)) != 1:
+        if backbone is not None and (pretrained is not None or config is not None):
+            raise TypeError(f"{type(self).__name__}(backbone) takes no pretrained= or config=")
+        if backbone is None and pretrained is None and config is None:
             raise TypeError(f"{type(self).__name__}(backbone), (pretrained=path) or (config=c)")
-        heads = {}
-        if pretrained is not None:
-            from nanorm.checkpoints import pretrained_parts  # formats: read when a file is
-
-            backbone, heads = pretrained_parts(type(self), pretrained)
+        loaded = pretrained
+        if isinstance(pretrained, Checkpoint):
+            if config is not None or dtype is not None:
+                raise TypeError("a Checkpoint is read already: config= and torch_dtype= are load's")
+        elif pretrained is not None:
+            loaded = load(pretrained, config=config, dtype=dtype)
         elif config is not None:
-            backbone = Transformer(as_model_config(config))
+            backbone = Transformer(model_config(config))
+            if dtype is not None:
+                backbone = backbone.to(dtype)
+        heads = {}
+        if loaded is not None:
+            backbone, heads = loaded.backbone, self.heads_to_read(loaded)
         self.backbone = backbone
         self.add_heads(backbone.config.dim, backbone.tok_embeddings.weight.device, heads)
-        if pretrained is not None:
-            with torch.no_grad():  # an HF classifier's `score`, or the head a ckpt.pt holds
-                for name, value in heads.items():
-                    self.get_parameter(name).copy_(value)
+        if loaded is not None:
+            self.copy_heads(heads, loaded)
             self.eval()
+
+    def heads_to_read(self, loaded):
+        """{parameter: tensor} of loaded's heads this model takes: all of them from its own
+        class's ckpt.pt, else the scoring head (the bias where this head has one). A tensor
+        neither taken nor in STARTS_WITHOUT is refused by name."""
+        name = type(self).__name__
+        if loaded.kind == name:
+            return dict(loaded.heads)
+        own = {"head.weight", "head.bias"} if self.head_bias else {"head.weight"}
+        heads = {}
+        for key, value in loaded.heads.items():
+            if key in own:
+                heads[key] = value
+            elif not key.startswith(tuple(STARTS_WITHOUT)):
+                raise UsageError(f"{loaded.path}: tensor {key} has no place in a {name}")
+        return heads
+
+    def copy_heads(self, heads, loaded):
+        """Copy heads into this model's: its own class's checkpoint must hold exactly its
+        heads; every tensor must have its parameter's shape."""
+        own = {k for k in self.state_dict() if not k.startswith("backbone.")}
+        if loaded.kind == type(self).__name__ and own != heads.keys():
+            raise UsageError(
+                f"{loaded.path}: its heads {sorted(heads)} do not fit a {type(self).__name__}"
+            )
+        with torch.no_grad():  # the file's heads: a ckpt.pt's, an HF `score`, a value_head
+            for name, value in heads.items():
+                p = self.get_parameter(name)
+                if p.shape != value.shape:
+                    raise UsageError(
+                        f"{loaded.path}: {name} is {tuple(value.shape)}, the model's "
+                        f"{tuple(p.shape)}"
+                    )
+                p.copy_(value)
 
     def add_heads(self, dim, device, heads):
         """New heads on a backbone of width dim: `head`; a subclass adds its own here, shaped

@@ -1,30 +1,34 @@
 """
-Reading checkpoints, the one home of it: any LLaMA on disk -> model.py's Transformer, and the
-parts a model with heads is built from (nanorm/ckpt.py's load_reward_model builds the class a
-ckpt.pt names on them).
+Reading checkpoints, below the heads: any LLaMA on disk -> model.py's Transformer, plus the
+tensors beside it (a reward head, a length head, ...) as plain named tensors. It knows no model
+class: reward.py's cls(pretrained=) and nanorm/ckpt.py build the models on what it returns.
 
-    model = load_transformer(path)         # the LLaMA of any file below (a ckpt.pt's backbone too)
-    rm = RewardModel(pretrained=path)      # cls(pretrained=): pretrained_parts, below
-    config, sd = read_checkpoint(path)     # a foreign file's parts, before a model is built
-    ckpt = load_checkpoint(path)           # our ckpt.pt's dict
+    c = load(path)                  # a Checkpoint: c.backbone, c.heads, c.kind, c.head, c.record
+    c = load(path, config=cfg, dtype=torch.bfloat16)   # cfg: the shape, when the file lacks one
+    model = load_transformer(path)  # load(path).backbone, to generate with
 
-Formats, recognised by their shape on disk:
+Formats, recognised by their shape on disk, each file opened and read once:
     llama2.c .bin    run.c's legacy v0 file: a 7-int header, then every weight in float32
     llama2.c .pt     llama2.c train.py's checkpoint: {"model": state dict, "model_args": dict}
     Meta directory   params.json + consolidated.00.pth (Meta's original release, one shard)
-    HF directory     config.json + *.safetensors or pytorch_model*.bin (LlamaForCausalLM, or
-                     LlamaForSequenceClassification: its head comes back as "score.weight")
-    .gguf            llama.cpp's file, read by gguf_reader.py
+    HF directory     config.json + *.safetensors or pytorch_model*.bin, sharded or not, of any
+                     Llama class: LlamaForCausalLM, LlamaModel (names without "model."), and
+                     LlamaForSequenceClassification, whose `score` becomes the reward head
+    ColossalChat RM  its RewardModel's state dict: HF's "model.*" names plus value_head.weight
+                     and .bias, the reward head. Its booster writes pytorch_model.bin.index.json
+                     and shards without a config.json (the class is no transformers model): pass
+                     config=, or copy the base model's config.json beside them. An unsharded
+                     save is one torch file of the state dict, read with config= too.
+    .gguf            llama.cpp's file, parsed by gguf_reader.py
     ckpt.pt          nanoRM's own (nanorm/ckpt.py writes it): kind, config, state dict, heads
 
-Its last section reads our ckpt.pt and builds the models with heads. Torch files are read here
-alone (load_torch: weights_only=True, a missing or corrupt file one line).
-
-A reader knows nothing of model.py: it renames, un-permutes and converts tensors, and the model
-builder (transformer_from_state_dict) checks that names and shapes fit the config. Nothing is
-copied that need not be: the .bin is read once and every weight is a view into it, .pt/.pth files
-are memory-mapped, and HF tensors are converted one at a time. HF_NAMES, the one table of HF's
-module names, serves export_hf.py's writing too.
+Every tensor in a file goes somewhere: into the backbone, into heads, or into DROPPED, which
+says why nothing reads it; any other is refused by name. Sizes a file claims are checked against
+the tensors it holds before anything is allocated. Torch files are read here alone
+(weights_only=True, memory-mapped); a missing, truncated or foreign file is one UsageError naming
+it. Nothing is copied that need not be: the .bin is read once and every weight is a view into
+it, HF tensors are converted one at a time. HF_NAMES, the one table of HF's module names, serves
+export_hf.py's writing too.
 
 Simplifications: Meta's sharded releases (consolidated.01.pth, ...) are refused, and so are HF
 configs with biases or a head_dim that is not hidden_size / num_heads (not LLaMA as Meta wrote it).
@@ -37,7 +41,7 @@ import pickle
 import re
 import struct
 import zipfile
-from functools import lru_cache
+from dataclasses import asdict, dataclass, field
 
 import torch
 
@@ -45,38 +49,156 @@ from data import UsageError
 from model import ModelConfig, Transformer, rope_frequencies
 
 
-def is_torch_file(path):
+@dataclass
+class Checkpoint:
+    """What a checkpoint file holds, read once."""
+
+    path: str
+    format: str  # "nanorm" (our ckpt.pt), "llama2c", "meta", "hf" (ColossalChat's too), "gguf"
+    backbone: Transformer  # in eval mode
+    heads: dict  # tensors beside the backbone, in nanoRM's names: "head.weight" (1, dim), ...
+    head: str  # where heads["head.*"] come from: "trained" (a ckpt.pt), "value_head"
+    # (ColossalChat's RewardModel), "score" (an HF classifier), or "random": none, a model
+    # built on this backbone gets a new one
+    kind: str | None = None  # the model class a ckpt.pt names; None: a foreign file
+    record: dict = field(default_factory=dict)  # our ckpt.pt's whole dict (data_meta,
+    # train_config, its calibration, ...); an HF export's config.json "nanorm_reward"; or {}
+
+
+# tensors files hold that nothing here reads, and why (a name ending so is dropped)
+DROPPED = {
+    "rotary_emb.inv_freq": "RoPE frequencies, derived from the config (older HF files)",
+    "rope.freqs": "Llama 2's RoPE table, derived from the config",
+    "freqs_cos": "llama2.c's RoPE table, derived from the config",
+    "freqs_sin": "llama2.c's RoPE table, derived from the config",
+}
+
+
+def load(path, config=None, dtype=None):
+    """The Checkpoint of any file or directory above. config (a ModelConfig, a transformers
+    LlamaConfig, or ModelConfig's keywords) replaces the file's own shape, as ColossalChat's
+    from_pretrained(pretrained, config=config) does, and supplies it where the file has none.
+    dtype (a torch dtype or its name): the backbone's; by default a file's own (an HF file's
+    converted to float32); "auto" keeps every file's own. Anything wrong is one UsageError."""
+    path = str(path)
+    if not os.path.exists(path):
+        hub = path.count("/") == 1 and not path.startswith((".", "/"))  # e.g. org/model
+        hub = hub and not os.path.isdir(os.path.dirname(path))
+        raise UsageError(
+            f"{path} is not a local checkpoint, and nanoRM reads no hub: download it first "
+            f"(huggingface-cli download {path} --local-dir DIR) and pass DIR"
+            if hub
+            else f"{path} not found"
+        )
+    dtype = _dtype(dtype)
+    override = None if config is None else asdict(model_config(config))
+    try:
+        return _load(path, override, dtype)
+    except UsageError:
+        raise
+    except (ValueError, OSError) as e:  # the readers' "truncated, shapes do not fit, missing"
+        raise UsageError(str(e) if path in str(e) else f"{path}: {e}") from None
+
+
+def load_transformer(path):
+    """The LLaMA (in eval mode) of any checkpoint: a foreign one, or a ckpt.pt's backbone."""
+    return load(path).backbone
+
+
+def model_config(config):
+    """A ModelConfig from a ModelConfig, its keywords, or a transformers LlamaConfig (read
+    through its dict, so transformers need not be imported here)."""
+    if isinstance(config, ModelConfig):
+        return config
+    if isinstance(config, dict):
+        return ModelConfig(**config)
+    if hasattr(config, "to_dict"):
+        return ModelConfig(**_config_from_hf(config.to_dict()))
+    raise TypeError(f"config must be a ModelConfig or a LlamaConfig, got {type(config).__name__}")
+
+
+def _dtype(dtype):
+    if dtype is None or dtype == "auto" or isinstance(dtype, torch.dtype):
+        return dtype
+    found = getattr(torch, str(dtype), None)
+    if not isinstance(found, torch.dtype) or not found.is_floating_point:
+        raise UsageError(f"torch_dtype {dtype!r} is not a floating-point torch dtype")
+    return found
+
+
+def _load(path, override, dtype):
+    """Recognise path's format and read it once: -> Checkpoint."""
+    kind, record = None, {}
+    if os.path.isdir(path) and os.path.exists(os.path.join(path, "params.json")):
+        fmt, (config, sd, heads, head) = "meta", _read_meta(path)
+    elif os.path.isdir(path):
+        fmt, (config, sd, heads, head, record) = "hf", _read_hf(path, override)
+    elif path.endswith(".gguf"):
+        from nanorm.gguf_reader import load_gguf_checkpoint  # the GGUF format, for its file
+
+        fmt, (config, sd), heads, head = "gguf", load_gguf_checkpoint(path), {}, "random"
+    elif _is_torch_file(path):
+        obj = _read_torch(path)
+        if isinstance(obj, dict) and MODEL_KEYS <= obj.keys():
+            fmt, (config, sd, heads, head), kind, record = "nanorm", _ours(obj), obj["kind"], obj
+        elif isinstance(obj, dict) and {"model", "model_args"} <= obj.keys():
+            fmt, (config, sd), heads, head = "llama2c", _llama2c_pt(obj), {}, "random"
+        elif _is_state_dict(obj):  # ColossalChat's unsharded save, a pytorch_model.bin alone
+            if override is None:
+                raise UsageError(
+                    f"{path} is a state dict without its model's shape: pass config= (the "
+                    "LlamaConfig or ModelConfig it was trained with), or put it in a directory "
+                    "with that model's config.json"
+                )
+            fmt, (sd, heads, head) = "hf", _from_hf_names(obj.items(), override, dtype, path)
+            config = override
+        else:
+            found = list(obj) if isinstance(obj, dict) else type(obj).__name__
+            raise ValueError(
+                f"{path}: not a checkpoint nanoRM reads: a torch file needs kind/config/model "
+                f"(train_rm.py's ckpt.pt) or model and model_args (llama2.c's), or is a state "
+                f"dict of tensors read with config= (ColossalChat's), found {found}"
+            )
+    else:
+        fmt, (config, sd), heads, head = "llama2c", _read_llama2c_bin(path), {}, "random"
+    config = override or config
+    if fmt == "hf" and not config.get("tie_embeddings") and "output.weight" not in sd:
+        # a reward model's file (an HF classifier, ColossalChat's RM, a LlamaModel) has no LM
+        # head: load it with a zero one, which reward heads never read
+        _checked_config(config, sd, path)  # its sizes, before (vocab, dim) is allocated
+        sd["output.weight"] = torch.zeros(config["vocab_size"], config["dim"])
+    if dtype is not None and dtype != "auto":
+        sd = {k: v.to(dtype) if v.is_floating_point() else v for k, v in sd.items()}
+    backbone = _build(config, sd, path)
+    dim = backbone.config.dim
+    for name, want in (("head.weight", (1, dim)), ("head.bias", (1,))):
+        if head != "trained" and name in heads and tuple(heads[name].shape) != want:
+            raise ValueError(f"{path}: its reward head {name} is {tuple(heads[name].shape)}")
+    return Checkpoint(path, fmt, backbone, heads, head, kind, record)
+
+
+def _is_state_dict(obj):
+    return (
+        isinstance(obj, dict)
+        and bool(obj)
+        and all(isinstance(t, torch.Tensor) for t in obj.values())
+    )
+
+
+# ----------------------------------------------------------------------------- torch files
+def _is_torch_file(path):
     """Whether path starts as torch.save's zip archive does (a truncated one does too)."""
-    if not os.path.isfile(path):
-        return False
     with open(path, "rb") as f:
         return f.read(2) == b"PK"
 
 
-def load_torch(path, **kwargs):
-    """torch.load(path, weights_only=True), a missing or unreadable file as one UsageError. A
-    file mapped on the CPU (map_location="cpu", mmap=True: every reader here) is loaded once
-    while it stays the same file: recognising it and reading it are one torch.load."""
-    if kwargs == dict(map_location="cpu", mmap=True) and os.path.isfile(path):
-        st = os.stat(path)
-        return _load_mapped(str(path), (st.st_ino, st.st_size, st.st_mtime_ns))
-    return _load_torch(path, **kwargs)
-
-
-@lru_cache(maxsize=2)
-def _load_mapped(path, identity):
-    return _load_torch(path, map_location="cpu", mmap=True)
-
-
-def _load_torch(path, **kwargs):
-    if not os.path.isfile(path):
-        raise UsageError(f"{path} not found")
-    if not is_torch_file(path):
-        raise UsageError(f"{path} is corrupt (not a zip archive, which torch.save writes)")
+def _read_torch(path):
+    """torch.load(path, weights_only=True), memory-mapped on the CPU: the tensors are read
+    where they are used. A damaged file is one UsageError."""
     if not zipfile.is_zipfile(path):  # the archive's directory is at its end: cut off
         raise UsageError(f"{path} is corrupt (truncated: its zip archive has no end)")
     try:
-        return torch.load(path, weights_only=True, **kwargs)
+        return torch.load(path, weights_only=True, map_location="cpu", mmap=True)
     except (RuntimeError, EOFError, OSError) as e:  # e.g. a truncated file: no central directory
         reason = str(e).split(". ")[0]  # torch's first sentence; the rest is advice
         raise UsageError(f"{path} is corrupt ({reason})") from None
@@ -84,22 +206,21 @@ def _load_torch(path, **kwargs):
         raise UsageError(f"{path} holds more than tensors and plain data: not loaded") from None
 
 
+# ----------------------------------------------------------------------------- the model
 SIZES = ("dim", "n_layers", "n_heads", "vocab_size")  # what every file states or implies
 
 
-def transformer_from_state_dict(config, sd, source):
+def _build(config, sd, source):
     """A Transformer of config (ModelConfig keyword arguments) holding sd's tensors (Meta's
     names), checked against it; source names the file in errors. What a file claims is
     checked before anything is built (sizes, then the embeddings and the layers present), so a
     few-KB file claiming a billion layers is refused, not allocated. Built on the meta device,
-    then adopts the tensors (assign=True): no second copy. An HF classifier's "score.weight" is
-    left to the caller (reward.py makes it the reward head); any other stray key is an error."""
-    cfg = checked_config(config, sd, source)
+    then adopts the tensors (assign=True): no second copy. A stray key is an error naming it."""
+    cfg = _checked_config(config, sd, source)
     with torch.device("meta"):
         model = Transformer(cfg)
-    sd = {k: v for k, v in sd.items() if k != "score.weight"}
     if cfg.tie_embeddings:
-        sd.pop("output.weight", None)
+        sd = {k: v for k, v in sd.items() if k != "output.weight"}
     expected = set(model.state_dict().keys()) - ({"output.weight"} if cfg.tie_embeddings else set())
     missing, unexpected = sorted(expected - sd.keys()), sorted(sd.keys() - expected)
     if missing or unexpected:
@@ -119,10 +240,9 @@ def transformer_from_state_dict(config, sd, source):
     return model.eval()
 
 
-def checked_config(config, sd, source):
+def _checked_config(config, sd, source):
     """ModelConfig(**config) once its sizes are positive integers that fit each other and the
-    tensors in sd: the token embeddings (vocab_size, dim) and n_layers layers present (sd None:
-    the sizes alone)."""
+    tensors in sd: the token embeddings (vocab_size, dim) and n_layers layers present."""
     if not isinstance(config, dict):
         raise ValueError(f"{source}: its config is a {type(config).__name__}, not a dict")
     for key in (*SIZES, "n_kv_heads", "hidden_dim", "max_seq_len"):
@@ -137,8 +257,6 @@ def checked_config(config, sd, source):
         raise ValueError(
             f"{source}: dim {dim}, n_heads {n_heads}, n_kv_heads {n_kv_heads} do not fit"
         )
-    if sd is None:  # the sizes alone, before any tensor is read
-        return ModelConfig(**config)
     emb = sd.get("tok_embeddings.weight")
     want = (config["vocab_size"], dim)
     if emb is None or tuple(emb.shape) != want:
@@ -155,22 +273,9 @@ def checked_config(config, sd, source):
         raise ValueError(f"{source}: not a LLaMA config ({e})") from None
 
 
-def read_checkpoint(path):
-    """(config kwargs, state dict) of any checkpoint above, whichever format it is."""
-    path = str(path)
-    if os.path.isdir(path):
-        if os.path.exists(os.path.join(path, "params.json")):
-            return read_meta(path)
-        if os.path.exists(os.path.join(path, "config.json")):
-            return read_hf(path)
-        raise FileNotFoundError(
-            f"{path}: neither params.json (Meta) nor config.json (Hugging Face) in this directory"
-        )
-    if path.endswith(".gguf"):
-        from nanorm.gguf_reader import load_gguf_checkpoint  # the GGUF format, for its file
-
-        return load_gguf_checkpoint(path)
-    return read_llama2c(path)
+def _drop(sd):
+    """sd without the tensors DROPPED names (nothing reads them)."""
+    return {k: v for k, v in sd.items() if not k.endswith(tuple(DROPPED))}
 
 
 # ----------------------------------------------------------------------------- llama2.c
@@ -189,22 +294,15 @@ LLAMA2C_ARGS = (
 )
 
 
-def read_llama2c(path):
-    """llama2.c checkpoints: the legacy v0 `.bin` (run.c's format) or train.py's `.pt`.
-    llama2.c always ties the output to the embeddings, except a .bin with a negative vocab."""
-    path = str(path)
-    if path.endswith(".pt"):
-        ckpt = load_torch(path, map_location="cpu", mmap=True)  # damaged: one line naming it
-        if not isinstance(ckpt, dict) or "model" not in ckpt or "model_args" not in ckpt:
-            found = list(ckpt) if isinstance(ckpt, dict) else type(ckpt).__name__
-            raise ValueError(
-                f"{path}: not a checkpoint nanoRM reads: a torch file needs kind/config/model "
-                f"(train_rm.py's ckpt.pt) or model and model_args (llama2.c's), found {found}"
-            )
-        config = {k: v for k, v in ckpt["model_args"].items() if k in LLAMA2C_ARGS}
-        sd = {k.removeprefix("_orig_mod."): v for k, v in ckpt["model"].items()}  # torch.compile
-        sd = {k: v for k, v in sd.items() if k not in ("freqs_cos", "freqs_sin")}  # we derive them
-        return config | {"tie_embeddings": True}, sd
+def _llama2c_pt(ckpt):
+    """llama2.c train.py's checkpoint, which always ties the output to the embeddings."""
+    config = {k: v for k, v in ckpt["model_args"].items() if k in LLAMA2C_ARGS}
+    sd = {k.removeprefix("_orig_mod."): v for k, v in ckpt["model"].items()}  # torch.compile
+    return config | {"tie_embeddings": True}, _drop(sd)
+
+
+def _read_llama2c_bin(path):
+    """run.c's legacy v0 .bin: tied output, unless its vocab_size is negative."""
     size = os.path.getsize(path)
     if size < 28:
         raise ValueError(f"{path}: {size} bytes is too short for the 28-byte llama2.c header")
@@ -268,17 +366,19 @@ def read_llama2c(path):
 
 
 # ----------------------------------------------------------------------------- Meta
-def read_meta(directory, max_seq_len=2048):
+def _read_meta(directory, max_seq_len=2048):
     """Meta's original release: params.json + consolidated.00.pth (one shard). params.json does
-    not say the context length, so max_seq_len is the caller's."""
+    not say the context length, so it is Meta's 2048."""
     params = _read_json(os.path.join(directory, "params.json"))
     ckpt_path = os.path.join(directory, "consolidated.00.pth")
     if not os.path.exists(ckpt_path):
         raise FileNotFoundError(
             f"{ckpt_path} not found (only single-shard checkpoints are supported)"
         )
-    sd = load_torch(ckpt_path, map_location="cpu", mmap=True)
-    sd.pop("rope.freqs", None)  # Llama 2 ships a precomputed table; we derive it
+    sd = _read_torch(ckpt_path)
+    if not _is_state_dict(sd):
+        raise ValueError(f"{ckpt_path}: not a state dict (names -> tensors)")
+    sd = _drop(sd)
     rope_scaling = None
     if params.get("use_scaled_rope"):  # Llama 3.1's published scaling constants
         rope_scaling = {
@@ -288,12 +388,13 @@ def read_meta(directory, max_seq_len=2048):
             "high_freq_factor": 4.0,
             "original_max_position_embeddings": 8192,
         }
+    emb = sd.get("tok_embeddings.weight")
     config = dict(
         dim=params["dim"],
         n_layers=params["n_layers"],
         n_heads=params["n_heads"],
         n_kv_heads=params.get("n_kv_heads"),
-        vocab_size=sd["tok_embeddings.weight"].shape[0],  # params says -1 in Llama 2
+        vocab_size=params.get("vocab_size", -1) if emb is None else emb.shape[0],  # Llama 2: -1
         multiple_of=params.get("multiple_of", 256),  # the FFN width is derived, not stored
         ffn_dim_multiplier=params.get("ffn_dim_multiplier"),
         norm_eps=params.get("norm_eps", 1e-5),
@@ -302,7 +403,7 @@ def read_meta(directory, max_seq_len=2048):
         max_seq_len=max_seq_len,
         tie_embeddings="output.weight" not in sd,
     )
-    return config, sd
+    return config, sd, {}, "random"
 
 
 def _read_json(path):
@@ -316,30 +417,62 @@ def _read_json(path):
 
 
 # ----------------------------------------------------------------------------- Hugging Face
-def read_hf(directory, dtype=torch.float32):
-    """A local Hugging Face Llama directory: config.json + safetensors or pytorch_model*.bin.
-    A LlamaForSequenceClassification's head comes back as sd["score.weight"] (1, dim), for a
-    reward model to adopt; the model builder ignores it."""
+def _read_hf(directory, override):
+    """A local Hugging Face directory (or ColossalChat's booster output): config.json (or the
+    override) + safetensors or pytorch_model*.bin. -> (config, sd, heads, head, record)."""
     path = os.path.join(directory, "config.json")
-    hf = _read_json(path)
-    if not isinstance(hf, dict):
-        raise ValueError(f"{path}: a JSON {type(hf).__name__}, not a config object")
-    try:
-        config = config_from_hf(hf)
-    except KeyError as e:
-        raise ValueError(f"{path}: no {e.args[0]!r}, which a LLaMA config has") from None
-    except (TypeError, ZeroDivisionError):
-        raise ValueError(
-            f"{path}: hidden_size and num_attention_heads must be positive integers"
-        ) from None
-    n_heads, n_kv_heads = config["n_heads"], config["n_kv_heads"]
+    record = {}
+    if os.path.exists(path):
+        hf = _read_json(path)
+        if not isinstance(hf, dict):
+            raise ValueError(f"{path}: a JSON {type(hf).__name__}, not a config object")
+        record = hf.get("nanorm_reward") or {}  # an export's calibration (nanorm/export_hf.py)
+        if override is None:
+            try:
+                override = _config_from_hf(hf)
+            except KeyError as e:
+                raise ValueError(f"{path}: no {e.args[0]!r}, which a LLaMA config has") from None
+            except (TypeError, ZeroDivisionError):
+                raise ValueError(
+                    f"{path}: hidden_size and num_attention_heads must be positive integers"
+                ) from None
+    elif override is None:
+        raise FileNotFoundError(
+            f"{directory}: neither params.json (Meta) nor config.json (Hugging Face) in this "
+            "directory (ColossalChat's booster writes none: pass config=, or copy the base "
+            "model's config.json here)"
+        )
+    sd, heads, head = _from_hf_names(_iter_hf_tensors(directory), override, None, directory)
+    return override, sd, heads, head, record
+
+
+# a head beside HF's module names -> nanoRM's name, and where the head comes from
+HF_HEADS = {
+    "score.weight": ("head.weight", "score"),  # LlamaForSequenceClassification (no bias)
+    "value_head.weight": ("head.weight", "value_head"),  # ColossalChat's RewardModel, Critic
+    "value_head.bias": ("head.bias", "value_head"),
+}
+
+
+def _from_hf_names(named, config, dtype, source):
+    """(sd in Meta's names, heads, head's origin) of (HF name, tensor) pairs: wq and wk
+    un-permuted, converted to float32 unless dtype says otherwise, one tensor at a time."""
+    n_heads = config["n_heads"]
+    n_kv_heads = config.get("n_kv_heads") or n_heads
     head_dim = config["dim"] // n_heads
-    sd = {}
-    for name, tensor in _iter_hf_tensors(directory):
-        key = "score.weight" if name == "score.weight" else _hf_to_meta_name(name)
-        if key is None:  # e.g. rotary_emb.inv_freq in old checkpoints
+    sd, heads, head = {}, {}, "random"
+    for name, tensor in named:
+        if name in HF_HEADS:
+            key, head = HF_HEADS[name]
+            heads[key] = tensor.float()
             continue
-        tensor = tensor.to(dtype)
+        if name.endswith(tuple(DROPPED)):
+            continue
+        key = _hf_to_meta_name(name)
+        if key is None:
+            raise ValueError(f"{source}: tensor {name} has no place in a LLaMA: nothing reads it")
+        if dtype is None:
+            tensor = tensor.float()
         # HF's conversion script permuted the rows of wq and wk so that its rotate-half RoPE
         # (pairs i and i + d/2) equals Meta's interleaved RoPE (pairs 2i and 2i+1). Undo it:
         # per head, rows [first half | second half] go back to interleaved order.
@@ -348,15 +481,10 @@ def read_hf(directory, dtype=torch.float32):
         elif key.endswith("attention.wk.weight"):
             tensor = _unpermute(tensor, n_kv_heads, head_dim)
         sd[key] = tensor
-    if "score.weight" in sd and not config["tie_embeddings"] and "output.weight" not in sd:
-        # a *ForSequenceClassification checkpoint has a score head and no lm_head: load its
-        # backbone with a zero LM head, which reward heads never read
-        checked_config(config, sd, directory)  # its sizes, before (vocab, dim) is allocated
-        sd["output.weight"] = torch.zeros(config["vocab_size"], config["dim"], dtype=dtype)
-    return config, sd
+    return sd, heads, head
 
 
-def config_from_hf(hf):
+def _config_from_hf(hf):
     """ModelConfig kwargs from a Hugging Face LlamaConfig dict (transformers 4.x or 5.x keys)."""
     if hf.get("attention_bias") or hf.get("mlp_bias"):
         raise ValueError("config.json: attention_bias / mlp_bias are not LLaMA; not supported")
@@ -369,7 +497,7 @@ def config_from_hf(hf):
         dim=dim,
         n_layers=hf["num_hidden_layers"],
         n_heads=n_heads,
-        n_kv_heads=hf.get("num_key_value_heads", n_heads),
+        n_kv_heads=hf.get("num_key_value_heads") or n_heads,
         vocab_size=hf["vocab_size"],
         hidden_dim=hf["intermediate_size"],
         norm_eps=hf.get("rms_norm_eps", 1e-6),
@@ -412,10 +540,10 @@ def _iter_hf_tensors(directory):
     )
     if not files:
         raise FileNotFoundError(f"{directory}: no *.safetensors or pytorch_model*.bin weights")
-    for fname in files:
+    for fname in files:  # one file or ColossalChat's / HF's shards (pytorch_model-00001.bin)
         path = os.path.join(directory, fname)
-        sd = load_torch(path, map_location="cpu", mmap=True)  # corrupt: one line naming it
-        if not isinstance(sd, dict) or not all(isinstance(t, torch.Tensor) for t in sd.values()):
+        sd = _read_torch(path)  # corrupt: one line naming it
+        if not _is_state_dict(sd):
             raise ValueError(f"{path}: not a state dict (names -> tensors)")
         yield from sd.items()
 
@@ -436,17 +564,19 @@ _FROM_HF = {hf: meta for meta, hf in HF_NAMES.items()}
 
 
 def _hf_to_meta_name(name):
-    """model.layers.3.self_attn.q_proj.weight -> layers.3.attention.wq.weight; None: not ours."""
-    if name == "model.embed_tokens.weight":
-        return "tok_embeddings.weight"
-    if name == "model.norm.weight":
-        return "norm.weight"
+    """model.layers.3.self_attn.q_proj.weight (or, saved from a LlamaModel, without "model.")
+    -> layers.3.attention.wq.weight; None: not a LLaMA's."""
     if name == "lm_head.weight":
         return "output.weight"
-    if name.startswith("model.layers.") and "rotary_emb" not in name:
-        i, rest = name.removeprefix("model.layers.").split(".", 1)
+    name = name.removeprefix("model.")
+    if name == "embed_tokens.weight":
+        return "tok_embeddings.weight"
+    if name == "norm.weight":
+        return "norm.weight"
+    if name.startswith("layers.") and name.count(".") >= 3:
+        i, rest = name.removeprefix("layers.").split(".", 1)
         module, suffix = rest.rsplit(".", 1)
-        if module in _FROM_HF:
+        if module in _FROM_HF and i.isdigit() and suffix == "weight":  # LLaMA has no biases
             return f"layers.{i}.{_FROM_HF[module]}.{suffix}"
     return None
 
@@ -458,106 +588,18 @@ def _unpermute(w, n_heads, head_dim):
 
 
 # ----------------------------------------------------------------------------- ours
-# nanoRM's own ckpt.pt, read (nanorm/ckpt.py writes it), and the parts a model with heads is
-# built from, whatever the file: what cls(pretrained=path) reads. The model classes are passed
-# in, never imported: reward.py reaches this file when it reads one.
+# nanoRM's own ckpt.pt (nanorm/ckpt.py writes it): "backbone.*" is the Transformer, every other
+# tensor a head, handed over by name; the model class says which it reads
 MODEL_KEYS = {"kind", "config", "model"}
 HEAD_NAME = re.compile(r"^(value_|reward_)?head\.")  # a scoring head, under its older names too
 
 
-def is_ours(path):
-    """Whether path is a checkpoint this module wrote (a llama2.c .pt is a torch file too)."""
-    if not is_torch_file(path):
-        return False
-    try:
-        ckpt = load_torch(path, map_location="cpu", mmap=True)
-    except UsageError:
-        return True  # a damaged zip archive: load_checkpoint says how it is damaged
-    return isinstance(ckpt, dict) and MODEL_KEYS <= ckpt.keys()
-
-
-def load_checkpoint(path, map_location="cpu"):
-    """The checkpoint's dict. A missing, truncated or corrupt file, or a torch file that is not
-    ours, is one UsageError naming the file."""
-    ckpt = load_torch(path, map_location=map_location, mmap=True)  # missing, corrupt: one line
-    if not isinstance(ckpt, dict) or not MODEL_KEYS <= ckpt.keys():
-        found = sorted(ckpt) if isinstance(ckpt, dict) else type(ckpt).__name__
-        raise UsageError(
-            f"{path} is not a nanoRM checkpoint (it needs kind/config/model, has {found}): "
-            "give a ckpt.pt that train_rm.py wrote, or a backbone (.bin, .gguf, HF dir)"
-        )
-    return ckpt
-
-
-def split_heads(sd):
-    """(the backbone's state dict in Meta's names, the heads' {name: tensor}) of a ckpt.pt's
-    model: the one place the "backbone." prefix comes off and older head names are renamed."""
+def _ours(ckpt):
+    """(config, the backbone's state dict in Meta's names, heads, "trained") of a ckpt.pt: the
+    one place the "backbone." prefix comes off and older head names are renamed."""
+    sd = ckpt["model"]
+    if not isinstance(sd, dict):
+        raise ValueError(f"its model is a {type(sd).__name__}, not a state dict")
     backbone = {k[len("backbone.") :]: v for k, v in sd.items() if k.startswith("backbone.")}
     heads = {HEAD_NAME.sub("head.", k): v for k, v in sd.items() if not k.startswith("backbone.")}
-    return backbone, heads
-
-
-def load_transformer(path):
-    """The LLaMA (in eval mode) of any checkpoint: a foreign one above, or a ckpt.pt's backbone
-    (a reward model's, to generate with or to start from)."""
-    if is_ours(path):
-        ckpt = load_checkpoint(path)
-        backbone, _ = split_heads(ckpt["model"])
-        return transformer_from_state_dict(ckpt["config"], backbone, path)
-    config, sd = read_checkpoint(path)
-    sd.pop("score.weight", None)
-    return transformer_from_state_dict(config, sd, path)
-
-
-def pretrained_parts(cls, path):
-    """(backbone, {head parameter: tensor}) for cls(pretrained=path), from any checkpoint
-    nanoRM reads. A ckpt.pt of cls's own kind gives all its heads (strictly, when the model
-    is built); another kind's gives its scoring head (a reward model's head to a Critic, as
-    Critic.from_reward_model does; the bias where cls has one); a foreign backbone none (a new
-    head), or an HF classifier's score. A name that is not a file or directory here (a hub
-    name) is refused in one line saying how to download it."""
-    path = str(path)
-    if not os.path.exists(path):
-        raise UsageError(
-            f"{path} is not a local checkpoint, and nanoRM reads no hub: download it first "
-            f"(huggingface-cli download {path} --local-dir DIR) and pass pretrained=DIR"
-        )
-    try:
-        return _parts(cls, path)
-    except ValueError as e:  # the readers' "wrong format, truncated, shapes do not fit"
-        raise UsageError(str(e) if path in str(e) else f"{path}: {e}") from None
-
-
-def _parts(cls, path):
-    if not is_ours(path):
-        return _foreign_parts(path)
-    ckpt = load_checkpoint(path)
-    backbone, heads = split_heads(ckpt["model"])
-    backbone = transformer_from_state_dict(ckpt["config"], backbone, path)
-    if ckpt["kind"] != cls.__name__:  # another kind: its scoring head alone
-        heads = {k: v for k, v in heads.items() if k.startswith("head.")}
-        if "head.weight" not in heads:
-            raise UsageError(f"{path}: its {ckpt['kind']} has no scoring head to start from")
-        if not cls.head_bias:
-            heads.pop("head.bias", None)
-    return backbone, heads
-
-
-def _foreign_parts(path):
-    """(the backbone, {"head.weight": an HF classifier's score} or {}) of a foreign checkpoint."""
-    config, sd = read_checkpoint(path)
-    score = sd.pop("score.weight", None)
-    backbone = transformer_from_state_dict(config, sd, path)
-    if score is None:
-        return backbone, {}
-    if tuple(score.shape) != (1, backbone.config.dim):
-        raise ValueError(f"{path}: score.weight {tuple(score.shape)} is not (1, dim)")
-    return backbone, {"head.weight": score}  # HF's score has no bias: ours stays 0
-
-
-def check_heads(model, heads, source):
-    """Copy heads ({name: tensor}) into model's, which must be exactly the model's heads."""
-    own = {k for k in model.state_dict() if not k.startswith("backbone.")}
-    if own != heads.keys():
-        raise ValueError(f"{source}: its heads {sorted(heads)} do not fit a {type(model).__name__}")
-    model.load_state_dict(heads, strict=False)  # the heads; the backbone is assigned
+    return ckpt["config"], backbone, heads, "trained" if heads else "random"

@@ -1,17 +1,20 @@
 """
-nanoRM's own checkpoint, ckpt.pt: what it holds, writing it atomically, resuming from it, and
-the tokenizer it carries, and the reward model it holds. Reading any checkpoint file, ours or
-foreign, into parts is checkpoints.py's, the one home of reading.
+nanoRM's own checkpoint, ckpt.pt, above the heads: what it holds, writing it atomically,
+resuming from it, the tokenizer it carries, and the model class it names. Every file is read by
+nanorm/checkpoints.py (load), below the heads; this module builds the classes on what it read.
 
     save_checkpoint(path, rm, meta=meta, optimizer=opt, step=step, train_config=cfg)
+    save_checkpoint(path, policy)        # a plain Transformer (kind "Transformer") too
     update_checkpoint(path, length_calibration=cal)   # rewritten atomically
     step = resume(path, rm, optimizer, device, meta)
     rm, ckpt = load_reward_model(path)   # ours, of the class its kind names; else a RewardModel
+    rm, ckpt = load_reward_model(c)      # the same from a checkpoints.load(path) already read
     tok = checkpoint_tokenizer(path)     # a ckpt.pt's carried tokenizer, a .gguf's, an HF dir's
     check_tokenizer(init, meta, dataset) # data of another vocabulary than --init's: refused
 
 What ckpt.pt holds: one dict, torch.save'd, read with weights_only=True (tensors and plain data):
-    kind, config, model   the class name, ModelConfig as a dict, state dict
+    kind, config, model   the class name, ModelConfig as a dict, state dict ("backbone.*" and
+                          the heads; a plain Transformer's under "backbone." too)
     tokenizer_files       {file name: uint8 tensor}: the tokenizer itself, so a moved run folder
                           or a deleted dataset never stops a checkpoint from scoring text
     data_meta, tokenizer  the dataset's meta.json (vocabulary, chat layout, subsets) and the
@@ -28,7 +31,6 @@ What ckpt.pt holds: one dict, torch.save'd, read with weights_only=True (tensors
 """
 
 import os
-import struct
 import sys
 import tempfile
 from dataclasses import asdict
@@ -44,17 +46,8 @@ from data.tokenizer import (
     load_tokenizer,
     tokenizer_fingerprint,
 )
-from nanorm.checkpoints import (
-    MODEL_KEYS,
-    check_heads,
-    is_ours,
-    is_torch_file,
-    load_checkpoint,
-    load_torch,
-    read_checkpoint,
-    split_heads,
-    transformer_from_state_dict,
-)
+from model import Transformer
+from nanorm.checkpoints import Checkpoint, load
 from nanorm.runtime import Diverged, all_reduce_sum
 from reward import LMRegularizedRewardModel, RewardModel
 
@@ -78,13 +71,19 @@ def save_checkpoint(
     own: a sharded rm's (fsdp.full_state, each rank holds only its shards), or a LoRA rm's with
     the adapters folded in (lora.merged_state_dict: the checkpoint keeps the original keys)."""
     kind = type(rm).__name__.removeprefix("FSDP")  # fsdp.py's fully_shard renames the class
-    ckpt = {"kind": kind, "config": asdict(rm.backbone.config)}
-    ckpt["model"] = rm.state_dict() if model_state is None else model_state
-    if ckpt["model"].keys() != rm.state_dict().keys():  # LoRA: resuming needs the adapters
+    if isinstance(rm, Transformer):  # a policy: its backbone alone, in the same layout
+        ckpt = {"kind": kind, "config": asdict(rm.config)}
+        ckpt["model"] = {f"backbone.{k}": v for k, v in rm.state_dict().items()}
+    else:
+        ckpt = {"kind": kind, "config": asdict(rm.backbone.config)}
+        ckpt["model"] = rm.state_dict() if model_state is None else model_state
+    if (
+        model_state is not None and ckpt["model"].keys() != rm.state_dict().keys()
+    ):  # LoRA: resuming needs the adapters
         ckpt["trainable"] = {n: p.detach() for n, p in rm.named_parameters() if p.requires_grad}
     if meta is not None:  # the vocabulary, chat layout and subsets the model was trained on
         ckpt.update(tokenizer=meta["tokenizer"], data_meta=meta)
-        ckpt["tokenizer_files"] = carried_tokenizer(
+        ckpt["tokenizer_files"] = _carried_tokenizer(
             meta["tokenizer"], meta.get("tokenizer_fingerprint")
         )
     if train_config is not None:
@@ -103,7 +102,7 @@ def save_checkpoint(
 
 
 @lru_cache(maxsize=1)
-def carried_tokenizer(path, fingerprint):
+def _carried_tokenizer(path, fingerprint):
     """The dataset's tokenizer as files, read once per run. None, with a note, if the file is
     gone; an error if it is no longer the vocabulary the data was tokenized with."""
     if not os.path.exists(path):
@@ -134,9 +133,7 @@ def tokenizer_files(tok):
 def update_checkpoint(path, **keys):
     """Set (or, for None, remove) top-level keys of a ckpt.pt, rewritten atomically: e.g. the
     length calibration and normalization eval_rm.py --save_calibration measured on it."""
-    ckpt = load_torch(path, map_location="cpu")  # no mmap: the file is replaced below
-    if not isinstance(ckpt, dict) or not MODEL_KEYS <= ckpt.keys():
-        raise UsageError(f"{path} is not a nanoRM checkpoint: nothing stored in it")
+    ckpt = dict(_ours(path, "nothing stored in it").record)  # mapped: the rename keeps it
     for k, v in keys.items():
         if v is None:
             ckpt.pop(k, None)
@@ -151,7 +148,7 @@ def resume(path, rm, optimizer, device, meta, load_full_state=None, same=None):
     how a sharded rm takes its shards of the full state (fsdp.load_full_state), read on the CPU.
     same: {option: value} that must equal the run's stored train_config (what the run is: its
     data, batch, loss, learning rate, seed, model); each difference is named, in one line."""
-    ckpt = load_checkpoint(path, map_location="cpu" if load_full_state else device)
+    ckpt = _ours(path, "it cannot be resumed").record  # on the CPU; loading copies it over
     if not {"optimizer", "rng", "step"} <= ckpt.keys():
         raise UsageError(f"{path} holds no optimizer state: it cannot be resumed")
     old = ckpt.get("data_meta") or {}
@@ -204,54 +201,59 @@ def resume(path, rm, optimizer, device, meta, load_full_state=None, same=None):
 
 
 # ----------------------------------------------------------------------------- the model
-# how a ckpt.pt's kind is scored: --length_head's model (length_head.py) by its quality head
-# alone, i.e. as a RewardModel; every other kind as itself
-SCORED_AS = {"LengthDebiasedRewardModel": ("RewardModel", "length_head.")}
+# how a ckpt.pt's kind is scored: --length_head's model (length_head.py) as a RewardModel (its
+# quality head alone: reward.py's STARTS_WITHOUT says why), a policy's Transformer as a backbone
+# (a new head); every other kind as itself
+SCORED_AS = {"LengthDebiasedRewardModel": "RewardModel", "Transformer": "RewardModel"}
 
 
-def load_reward_model(path):
-    """(model, its ckpt.pt dict) for our checkpoint, the class its kind names (or scores as:
-    SCORED_AS); or (a RewardModel around any foreign backbone, None): its head is new then,
-    unless an HF classifier's `score`. What eval_rm.py and nanorm.score read."""
-    path = str(path)
-    if not os.path.exists(path):
-        raise UsageError(f"{path} not found")
-    if not is_ours(path):
-        return RewardModel(pretrained=path), None
-    ckpt = load_checkpoint(path)
-    kind, drop = SCORED_AS.get(ckpt["kind"], (ckpt["kind"], None))
+def _ours(path, what):
+    """checkpoints.load(path), refused unless it is our ckpt.pt (what: why it must be)."""
+    c = load(path)
+    if c.kind is None:
+        raise UsageError(
+            f"{path} is not a nanoRM checkpoint (a {c.format} file, not train_rm.py's ckpt.pt): "
+            f"{what}"
+        )
+    return c
+
+
+def load_reward_model(source):
+    """(model, its ckpt.pt dict) for our checkpoint, of the class its kind names (or scores as:
+    SCORED_AS); (a RewardModel, None) for any foreign file, whose head is new unless the file
+    has one (an HF classifier's `score`, ColossalChat's value_head). source: a path, or the
+    checkpoints.Checkpoint that load(path) returned (the file is not read again). What
+    eval_rm.py, nanorm.score and nanorm.rl read."""
+    c = source if isinstance(source, Checkpoint) else load(source)
     kinds = {"RewardModel": RewardModel, "LMRegularizedRewardModel": LMRegularizedRewardModel}
+    kind = SCORED_AS.get(c.kind, c.kind or "RewardModel")
     if kind == "SubsetExpertsRewardModel":  # --subset_experts' model, read where it is met
         from nanorm.subset_experts import SubsetExpertsRewardModel
 
         kinds[kind] = SubsetExpertsRewardModel
     if kind not in kinds:
-        raise UsageError(f"{path}: kind {ckpt['kind']!r} is not one of {list(kinds)}")
-    backbone, heads = split_heads(ckpt["model"])
-    if drop:  # the heads that only training reads
-        heads = {k: v for k, v in heads.items() if not k.startswith(drop)}
-    try:
-        model = kinds[kind](transformer_from_state_dict(ckpt["config"], backbone, path))
-        if hasattr(model, "set_experts") and "gate.bias" in heads:
-            model.set_experts(len(heads["gate.bias"]))
-        check_heads(model, heads, path)
-    except ValueError as e:  # sizes, shapes, heads that do not fit: one line
-        raise UsageError(str(e)) from None
+        raise UsageError(f"{c.path}: kind {c.kind!r} is not one of {list(kinds)}")
+    model = kinds[kind](pretrained=c)  # heads that do not fit: one UsageError naming them
     if not all(torch.isfinite(p).all() for p in model.parameters()):
-        raise UsageError(f"{path}: its weights are not finite (a diverged run): not scored")
-    return model.eval(), ckpt
+        raise UsageError(f"{c.path}: its weights are not finite (a diverged run): not scored")
+    return model.eval(), (c.record if c.kind else None)
 
 
 # ----------------------------------------------------------------------------- the tokenizer
 def checkpoint_tokenizer(source, missing_ok=False):
-    """The tokenizer of a checkpoint: our ckpt.pt (its path or its dict), a .gguf (its metadata
-    holds one), or a Hugging Face / Meta directory with tokenizer.model or tokenizer.json. A
-    llama2.c checkpoint carries none. Our checkpoint's tokenizer is checked against the
-    fingerprint its dataset recorded. None found: a UsageError, or None if missing_ok."""
-    name = "the checkpoint" if isinstance(source, dict) else str(source)
-    if isinstance(source, dict) or is_ours(name):
-        ckpt = source if isinstance(source, dict) else load_checkpoint(name)
-        if missing_ok and not carries_tokenizer(ckpt):
+    """The tokenizer of a checkpoint: our ckpt.pt (its path, its dict, or its Checkpoint), a
+    .gguf (its metadata holds one), or a Hugging Face / Meta directory with tokenizer.model or
+    tokenizer.json. A llama2.c checkpoint carries none. Our checkpoint's tokenizer is checked
+    against the fingerprint its dataset recorded. None found: a UsageError, or None if
+    missing_ok."""
+    c, name = (source, source.path) if isinstance(source, Checkpoint) else (None, str(source))
+    if isinstance(source, dict):
+        name = "the checkpoint"
+    elif c is None and not (os.path.isdir(name) or name.endswith(".gguf")):
+        c = load(name)  # a torch file or a llama2.c .bin: whose is it?
+    ckpt = source if isinstance(source, dict) else c.record if c is not None and c.kind else None
+    if ckpt is not None:
+        if missing_ok and not ckpt.get("tokenizer_files"):
             return None
         return _carried(ckpt, name)
     found = []
@@ -269,11 +271,6 @@ def checkpoint_tokenizer(source, missing_ok=False):
     raise UsageError(
         f"{name} carries no tokenizer (no tokenizer.model/.json inside): pass --tokenizer"
     )
-
-
-def carries_tokenizer(ckpt):
-    """Whether a ckpt.pt's dict holds its tokenizer's files."""
-    return bool(ckpt.get("tokenizer_files"))
 
 
 def _carried(ckpt, name):
@@ -296,8 +293,8 @@ def _carried(ckpt, name):
 
 
 def check_tokenizer(init, meta, dataset):
-    """Refuse data tokenized with another vocabulary than the --init checkpoint's, before its
-    weights are read. A checkpoint that carries a tokenizer (ours, a .gguf, an HF or Meta
+    """Refuse data tokenized with another vocabulary than the --init checkpoint's, before a
+    model is built on it. A checkpoint that carries a tokenizer (ours, a .gguf, an HF or Meta
     directory with one) is compared by fingerprint: an equal vocab_size is not an equal
     vocabulary. One that carries none (llama2.c, a bare Meta directory) is compared by size:
     its embedding rows against the dataset's vocab_size, refused when they differ; equal, a
@@ -305,10 +302,14 @@ def check_tokenizer(init, meta, dataset):
     want = meta.get("tokenizer_fingerprint")
     if init == "scratch":
         return
-    tok = checkpoint_tokenizer(init, missing_ok=True)
+    init = str(init)
+    # a file is read once here: a directory's or a .gguf's tokenizer lies beside its weights
+    c = None if os.path.isdir(init) or init.endswith(".gguf") else load(init)
+    tok = checkpoint_tokenizer(c or init, missing_ok=True)
     if tok is None:  # a ckpt.pt saved without its data's meta, llama2.c, a bare Meta dir
-        return _check_vocab_size(init, meta, dataset)
-    if tok is not None and want and tokenizer_fingerprint(tok) != want:
+        rows = (c or load(init)).backbone.config.vocab_size
+        return _check_vocab_size(init, rows, meta, dataset)
+    if want and tokenizer_fingerprint(tok) != want:
         raise UsageError(
             f"{init} carries tokenizer {tokenizer_fingerprint(tok)}, but the dataset "
             f"{dataset} was tokenized with {meta['tokenizer']} ({want}): "
@@ -316,9 +317,9 @@ def check_tokenizer(init, meta, dataset):
         )
 
 
-def _check_vocab_size(init, meta, dataset):
+def _check_vocab_size(init, rows, meta, dataset):
     """check_tokenizer for a checkpoint without a vocabulary: the sizes are all there is."""
-    rows, size = embedding_rows(init), meta.get("vocab_size")
+    size = meta.get("vocab_size")
     if size is None:
         return
     beside = [
@@ -338,20 +339,6 @@ def _check_vocab_size(init, meta, dataset):
         f"vocab_size, but that {meta.get('tokenizer')} is its tokenizer cannot be checked",
         file=sys.stderr,
     )
-
-
-def embedding_rows(path):
-    """The embedding rows of a checkpoint, read cheaply: a llama2.c .bin's header (28 bytes),
-    else the config of a read that maps the weights without loading them."""
-    path = str(path)
-    if is_ours(path):
-        return load_checkpoint(path)["config"]["vocab_size"]
-    if os.path.isfile(path) and not path.endswith((".pt", ".gguf")) and not is_torch_file(path):
-        with open(path, "rb") as f:
-            header = f.read(28)
-        if len(header) == 28:
-            return abs(struct.unpack("7i", header)[5])  # a negative size: an untied output
-    return read_checkpoint(path)[0]["vocab_size"]
 
 
 def save_training_checkpoint(path, rm, optimizer, lr_scheduler, step, proc, meta=None, config=None):

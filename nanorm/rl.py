@@ -22,7 +22,8 @@ The pieces, in the order a step runs them:
      GRPO: G answers per question; each answer's advantage is its reward less its group's mean,
      over the group's std; no critic; the KL to the reference is a loss term (k3 estimator).
 Output in --out_dir: rl.jsonl (one row per step: kl to the reference in nats per sequence,
-proxy, gold, ...), rl.png (proxy and gold against the step and against sqrt(KL)), policy.pt.
+proxy, gold, ...), rl.png (proxy and gold against the step and against sqrt(KL)), policy.pt (the
+trained policy as a ckpt.pt of kind Transformer: nanorm.sample --ckpt reads it).
 
 Over-optimization (Gao, Schulman and Hilton 2022): the proxy rises throughout, the gold first
 rises and then falls as the policy moves away from the reference; bench/rl/README.md has the runs.
@@ -42,7 +43,6 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import asdict
 
 import numpy as np
 import torch
@@ -51,8 +51,9 @@ import torch.nn.functional as F
 from critic import Critic, gae, masked_mean, response_values, value_loss
 from data.pairs import PairDataset, right_pad
 from data.tokenizer import load_tokenizer
-from model import ModelConfig, Transformer
-from nanorm.runtime import same_fp32_on_every_cpu
+from model import Transformer
+from nanorm.checkpoints import load_transformer
+from nanorm.ckpt import load_reward_model, save_checkpoint
 from verifiable import RLVRRewardModel, extract_answer, gsm8k_reward
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the project root
@@ -125,12 +126,9 @@ def left_pad(rows, pad_id):
 def sft_policy(train, meta, config, args):
     """A LLaMA of the proxy's shape taught to answer: next-token cross-entropy on the chosen
     (right) responses only, the prompt read but not learned. Kept in cache_dir/sft<steps>.pt."""
-    path = os.path.join(args.cache_dir, f"sft{args.sft_steps}.pt")
+    path = os.path.join(args.cache_dir, f"sft{args.sft_steps}_policy.pt")
     if os.path.exists(path):
-        saved = torch.load(path, weights_only=True)
-        policy = Transformer(ModelConfig(**saved["config"]))
-        policy.load_state_dict(saved["model"])
-        return policy
+        return load_transformer(path).train()
     torch.manual_seed(0)
     policy = Transformer(config)
     policy.row_attention = False  # short rows: one padded batch is faster than row by row
@@ -153,15 +151,13 @@ def sft_policy(train, meta, config, args):
         if step % 100 == 0 or step == args.sft_steps - 1:
             print(f"sft step {step}: loss {loss.item():.3f} ({time.time() - t0:.0f}s)")
     os.makedirs(args.cache_dir, exist_ok=True)
-    torch.save({"config": asdict(policy.config), "model": policy.state_dict()}, path)
+    save_checkpoint(path, policy)  # nanoRM's ckpt.pt layout, written aside and renamed
     return policy
 
 
 def proxy_reward_model(data_dir, args):
     """The learned reward: `python train_rm.py` (its default nano shape and LM term) on the
     first --proxy_pairs training pairs, evaluated on all of val. Kept in cache_dir."""
-    from nanorm.ckpt import load_reward_model  # ckpt.pt: read where a file is
-
     out = os.path.join(args.cache_dir, f"proxy{args.proxy_pairs}_{args.proxy_iters}")
     ckpt = os.path.join(out, "ckpt.pt")
     if not os.path.exists(ckpt):
@@ -269,7 +265,6 @@ def main(argv=None):
     os.makedirs(args.out_dir, exist_ok=True)
     # a 0.2M-parameter model: one thread is as fast as two, and never waits on a busy core
     torch.set_num_threads(1)
-    same_fp32_on_every_cpu()  # fp32 on the CPU, small: the same curves on any x86 CPU
     data_dir, train, _, meta, tok = arith()
     pad_id, eos_id = meta["pad_id"], meta["eos_id"]
     t_setup = time.time()
@@ -365,10 +360,7 @@ def main(argv=None):
             f"step {step}: kl {row['kl']:.3f} | proxy {row['proxy']:.3f} | gold {row['gold']:.3f}"
             f" | len {row['length']:.1f} | clipfrac {row['clipfrac']:.2f} | {row['time']:.0f}s"
         )
-    torch.save(
-        {"config": asdict(policy.config), "model": policy.state_dict()},
-        os.path.join(args.out_dir, "policy.pt"),
-    )
+    save_checkpoint(os.path.join(args.out_dir, "policy.pt"), policy)
     title = " ".join(sys.argv[1:] if argv is None else argv) or "defaults"
     plot(rows, os.path.join(args.out_dir, "rl.png"), title=title)
     print(f"done in {time.time() - t0:.0f}s; wrote {log_path}, rl.png, policy.pt")

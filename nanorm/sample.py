@@ -10,8 +10,8 @@ the story llama2.c's own test expects.
     python -m nanorm.sample --ckpt out/ckpt.pt --prompt "1 + 2 ="    # a trained RM's backbone, its tokenizer
 
 One process, on the CPU: generation here is a demonstration, not a service, so there is no
-torchrun form. --ckpt takes any checkpoint checkpoints.load_transformer reads (train_rm's ckpt.pt, whose
-tokenizer it carries, and every format checkpoints.py reads).
+torchrun form. --ckpt takes any checkpoint nanorm/checkpoints.py reads (train_rm's ckpt.pt, whose tokenizer it
+carries, and every foreign format): its backbone.
 """
 
 if __name__ == "__main__" and not __package__:  # run as a file, the project root is not on the path
@@ -24,7 +24,7 @@ import torch
 
 from data import ArgumentParser, UsageError, run
 from data.tokenizer import load_tokenizer
-from nanorm.checkpoints import is_torch_file, load_torch, load_transformer
+from nanorm.checkpoints import load
 from nanorm.ckpt import checkpoint_tokenizer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -64,14 +64,10 @@ def main(argv=None):
             raise UsageError(f"{path} not found")
 
     torch.manual_seed(args.seed)
-    if is_torch_file(args.ckpt):
-        load_torch(args.ckpt, mmap=True)  # a truncated .pt: one line, "X is corrupt (...)"
+    c = load(args.ckpt)  # a truncated, foreign or hostile file: one line naming it
+    model = c.backbone
     try:
-        model = load_transformer(args.ckpt)
-    except ValueError as e:  # the readers' "wrong format, truncated, shapes do not fit"
-        raise UsageError(str(e) if args.ckpt in str(e) else f"{args.ckpt}: {e}") from None
-    try:
-        tok = load_tokenizer(args.tokenizer) if args.tokenizer else checkpoint_tokenizer(args.ckpt)
+        tok = load_tokenizer(args.tokenizer) if args.tokenizer else checkpoint_tokenizer(c)
     except (ValueError, RuntimeError) as e:  # sentencepiece raises RuntimeError
         raise UsageError(f"{args.tokenizer or args.ckpt}: no readable tokenizer ({e})") from None
     n_params = sum(p.numel() for p in model.parameters())

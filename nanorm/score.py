@@ -27,6 +27,7 @@ from data.chat import chat_format
 from data.pairs import encode_pair
 from data.tokenizer import load_tokenizer
 from nanorm.calibrate import served
+from nanorm.checkpoints import load
 from nanorm.ckpt import checkpoint_tokenizer, load_reward_model
 from nanorm.export_hf import export_hf
 
@@ -47,13 +48,14 @@ def main(argv=None):
         p.error(f"accuracy on pairs is eval_rm.py's: {hint}")
     if (args.response is None) == (args.export_hf is None):
         p.error("give exactly one of --response and --export_hf")
-    model, ckpt = load_reward_model(args.ckpt)
-    if ckpt is None:
-        print(f"note: {args.ckpt} is a backbone; its head is random unless it had a `score`")
-    ckpt = ckpt or {}
+    c = load(args.ckpt)  # one read of the file: the model, its record and its tokenizer
+    model, _ = load_reward_model(c)
+    if c.head == "random":
+        print(f"note: {args.ckpt} holds no reward head: its head is random")
+    ckpt = c.record  # a ckpt.pt's dict, an HF export's calibration record, or {}
     meta = ckpt.get("data_meta") or {}
     tok_file = args.tokenizer  # default: the checkpoint's own
-    tok = load_tokenizer(tok_file) if tok_file else checkpoint_tokenizer(ckpt or args.ckpt)
+    tok = load_tokenizer(tok_file) if tok_file else checkpoint_tokenizer(c)
     if args.export_hf is not None:  # records the calibration and normalization in config.json
         try:
             export_hf(model, args.export_hf, tok, meta, record=ckpt)

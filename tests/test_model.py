@@ -9,7 +9,7 @@ import torch
 from conftest import shared_path
 
 from model import ModelConfig, Transformer
-from nanorm.checkpoints import load_transformer, read_checkpoint
+from nanorm.checkpoints import load, load_transformer
 
 # karpathy/llama2.c test_all.py expected_stdout: `run stories260K.bin -z tok512.bin -t 0.0 -n 200`
 STORIES260K_GREEDY = (
@@ -113,9 +113,9 @@ def test_hf_formats_sharded_and_bin(tmp_path):
 
 
 def test_read_checkpoint_keeps_a_sequence_classifier_score_head(tmp_path):
-    """An HF LlamaForSequenceClassification directory (no lm_head): load_transformer loads its
-    backbone with a zero LM head and the same states as HF's; read_checkpoint hands the score
-    head over in the same read, for reward.py."""
+    """An HF LlamaForSequenceClassification directory (no lm_head): load reads its backbone
+    with a zero LM head and the same states as HF's, and hands the score over as the reward
+    head in the same read, for reward.py."""
     transformers = pytest.importorskip("transformers", reason="parity tests need transformers")
     pytest.importorskip("safetensors", reason="parity tests need safetensors")
     cfg = transformers.LlamaConfig(
@@ -131,17 +131,17 @@ def test_read_checkpoint_keeps_a_sequence_classifier_score_head(tmp_path):
     torch.manual_seed(0)
     hf = transformers.LlamaForSequenceClassification(cfg).eval()
     hf.save_pretrained(tmp_path)
-    config, sd = read_checkpoint(tmp_path)
-    assert torch.equal(sd["score.weight"], hf.score.weight)
-    assert not sd["output.weight"].any()  # the zero LM head a classifier lacks
-    ours = load_transformer(tmp_path)
+    c = load(tmp_path)
+    assert c.head == "score" and torch.equal(c.heads["head.weight"], hf.score.weight)
+    assert not c.backbone.output.weight.any()  # the zero LM head a classifier lacks
+    ours = c.backbone
     x = torch.randint(0, 101, (2, 17))
     with torch.no_grad():
         ref = hf.model(x).last_hidden_state
         assert (ours.hidden_states(x) - ref).abs().max().item() < 1e-5
     (tmp_path / "empty").mkdir()
-    with pytest.raises(FileNotFoundError, match="neither params.json"):
-        read_checkpoint(tmp_path / "empty")
+    with pytest.raises(ValueError, match="neither params.json"):
+        load(tmp_path / "empty")
 
 
 # ---------------------------------------------------------------- llama2.c and Meta formats
@@ -312,7 +312,7 @@ def test_truncated_and_corrupt_checkpoints(tmp_path):
     path.write_bytes(b"\0" * 10)
     with pytest.raises(ValueError, match="too short"):
         load_transformer(path)
-    with pytest.raises(FileNotFoundError, match="config.json"):
+    with pytest.raises(ValueError, match="config.json"):
         load_transformer(tmp_path)
     # an HF directory whose weights miss a layer, and one whose weights are garbage
     pytest.importorskip("safetensors")

@@ -74,8 +74,9 @@ def test_forward_pair_is_one_call_equal_to_two(monkeypatch):
 
 # ---------------------------------------------------------------- Hugging Face parity
 @pytest.mark.parametrize("tied", [True, False])
+@pytest.mark.parametrize("kv_heads", [2, 4], ids=["gqa", "mha"])
 @torch.no_grad()
-def test_hf_sequence_classification_parity(tmp_path, tied):
+def test_hf_sequence_classification_parity(tmp_path, tied, kv_heads):
     transformers = pytest.importorskip("transformers", reason="parity tests need transformers")
     pytest.importorskip("safetensors", reason="parity tests need safetensors")
     PAD = 0  # HF pools at the rightmost token != pad_token_id: PAD must not occur in the text
@@ -84,7 +85,7 @@ def test_hf_sequence_classification_parity(tmp_path, tied):
         intermediate_size=112,
         num_hidden_layers=3,
         num_attention_heads=4,
-        num_key_heads=2,
+        num_key_value_heads=kv_heads,
         vocab_size=101,
         rms_norm_eps=1e-5,
         max_position_embeddings=128,
@@ -97,6 +98,7 @@ def test_hf_sequence_classification_parity(tmp_path, tied):
     hf.score.weight.normal_()  # HF initialises it at std 0.02; a unit head shows errors
     hf.save_pretrained(tmp_path)
     model = RewardModel(pretrained=tmp_path)
+    assert model.backbone.config.n_kv_heads == kv_heads == hf.config.num_key_value_heads
     assert torch.equal(model.head.weight, hf.score.weight)
     assert torch.equal(model.head.bias, torch.zeros(1))
 

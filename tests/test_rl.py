@@ -13,6 +13,7 @@ from conftest import tiny_model
 
 from critic import gae
 from nanorm import rl
+from nanorm.checkpoints import load
 
 
 def test_kl_penalty_rewards_closed_form():
@@ -134,3 +135,7 @@ def test_one_step_end_to_end(tmp_path, algo):
     assert {"step", "kl", "proxy", "gold"} <= set(logged[0])
     assert logged[0]["kl"] == 0.0  # before any update the policy is the reference
     assert 0.0 <= logged[1]["gold"] <= 1.0 and (tmp_path / "rl.png").is_file()
+    # the SFT policy and the trained one are nanoRM checkpoints, read back by the one reader
+    for name in ("sft2_policy.pt", "policy.pt"):
+        c = load(tmp_path / name)
+        assert c.kind == "Transformer" and c.head == "random" and not c.heads

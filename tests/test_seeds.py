@@ -349,7 +349,11 @@ def test_config_builds_a_new_model_of_that_shape():
     got = model.backbone.config
     assert (got.dim, got.n_layers, got.n_heads, got.n_kv_heads, got.vocab_size) == (32, 2, 4, 2, 61)
     assert model.backbone.layers[0].feed_forward.w1.out_features == 96
-    with pytest.raises(TypeError):
+    # both, as ColossalChat's BaseModel takes them: the file's weights read into config's shape
+    own = load_transformer(stories()).config
+    both = RewardModel(pretrained=stories(), config=own)
+    assert both.backbone.config == own
+    with pytest.raises(UsageError, match="token embeddings .512, 64., the config claims .61, 32."):
         RewardModel(config=c, pretrained=stories())
 
 

@@ -43,6 +43,7 @@ import reward
 import train_rm
 from data.arith.prepare import built_in
 from model import ModelConfig, Transformer
+from nanorm.checkpoints import load as read_checkpoint
 from reward import LogSigLoss, RewardModel
 from train_rm import MODELS, RewardModelTrainer
 
@@ -217,8 +218,7 @@ print("torchrun:", next(line for line in ddp.stdout.splitlines() if "ranks" in l
 one = subprocess.run([sys.executable, "../train_rm.py", *common, "--grad_accum", "2",
                       "--out_dir", one_dir], env=env, capture_output=True, text=True)  # fmt: skip
 assert one.returncode == 0, one.stderr[-2000:]
-states = [torch.load(os.path.join(d, "ckpt.pt"), weights_only=False)["model"]
-          for d in (ddp_dir, one_dir)]  # fmt: skip
+states = [read_checkpoint(os.path.join(d, "ckpt.pt")).record["model"] for d in (ddp_dir, one_dir)]
 gap = max((states[0][n].float() - states[1][n].float()).abs().max().item() for n in states[0])
 print(
     f"{len(states[0])} tensors; max |two processes - one process with --grad_accum 2| = {gap:.1e}"
