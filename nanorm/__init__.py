@@ -29,8 +29,8 @@ Imports go one way: these files import the concept files, never the reverse, exc
 readers of checkpoint files (checkpoints.py, gguf_reader.py), which stand on model.py alone:
 reward.py builds its models on checkpoints.load, and ckpt.py, above the heads, on reward.py.
 data/ reaches in here only where a file format is read (a .gguf tokenizer), inside that
-function; the scripts (train_rm.py, eval_rm.py)
-import at the top what every run of theirs uses, and a feature behind a flag where its flag is
-handled; verifiable.py's algebra is its own subfolder, imported by it alone.
+function; the scripts (train_rm.py, eval_rm.py) import at the top what every run of theirs uses,
+and a feature behind a flag where its flag is handled; verifiable.py's algebra is its own
+subfolder, imported by it alone.
 Scripts here run as modules from the project root: `python -m nanorm.score --help`.
 """
