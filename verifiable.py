@@ -234,7 +234,7 @@ class RLVRRewardModel:
         rm = RLVRRewardModel([math_reward, format_reward], tokenizer=tok)
         r = rm(input_ids, attention_mask, response_start=s, response_end=e, gt_answer=answers)
 
-    Each function is called per row exactly as the seed calls it, with the caller's values as
+    Each function is called per row exactly as ColossalChat calls it, with the caller's values as
     they are (tensors stay tensors) and every constructor keyword:
 
         fn(input_ids[i], attention_mask[i], response_start=response_start[i],

@@ -16,6 +16,17 @@ TINY = dict(dim=32, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=61, hidden_d
 TINY_MAX_LEN = 64
 
 
+def tiny_hf_config(**kw):
+    """transformers' LlamaConfig of a small GQA model (the parity tests' reference), any field
+    overridden by kw."""
+    import transformers
+
+    base = dict(hidden_size=64, intermediate_size=112, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, vocab_size=101, rms_norm_eps=1e-5,
+                max_position_embeddings=128)  # fmt: skip
+    return transformers.LlamaConfig(**(base | kw))
+
+
 def shared_path(*parts):
     """Path under ../shared/data, or skip the test with a message saying what is missing."""
     p = SHARED.joinpath(*parts)

@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from conftest import shared_path
+from conftest import shared_path, tiny_hf_config
 
 from data import UsageError
 from nanorm.checkpoints import load
@@ -18,17 +18,7 @@ transformers = pytest.importorskip("transformers", reason="the references are tr
 
 
 def hf_config(tied):
-    return transformers.LlamaConfig(
-        hidden_size=64,
-        intermediate_size=112,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=101,
-        rms_norm_eps=1e-5,
-        max_position_embeddings=128,
-        tie_word_embeddings=tied,
-    )
+    return tiny_hf_config(tie_word_embeddings=tied)
 
 
 class ColossalRM(torch.nn.Module):

@@ -6,7 +6,7 @@ import struct
 
 import pytest
 import torch
-from conftest import shared_path
+from conftest import shared_path, tiny_hf_config
 
 from model import ModelConfig, Transformer
 from nanorm.checkpoints import load, load_transformer
@@ -55,15 +55,7 @@ HF_CASES = {
 def make_hf(tmp_path, case, seed=0):
     transformers = pytest.importorskip("transformers", reason="parity tests need transformers")
     pytest.importorskip("safetensors", reason="parity tests need safetensors")
-    cfg = transformers.LlamaConfig(
-        hidden_size=64,
-        intermediate_size=112,
-        num_hidden_layers=3,
-        vocab_size=101,
-        rms_norm_eps=1e-5,
-        max_position_embeddings=256,
-        **HF_CASES[case],
-    )
+    cfg = tiny_hf_config(num_hidden_layers=3, max_position_embeddings=256, **HF_CASES[case])
     torch.manual_seed(seed)
     hf = transformers.LlamaForCausalLM(cfg).eval()
     hf.save_pretrained(tmp_path)
@@ -118,16 +110,7 @@ def test_read_checkpoint_keeps_a_sequence_classifier_score_head(tmp_path):
     head in the same read, for reward.py."""
     transformers = pytest.importorskip("transformers", reason="parity tests need transformers")
     pytest.importorskip("safetensors", reason="parity tests need safetensors")
-    cfg = transformers.LlamaConfig(
-        hidden_size=64,
-        intermediate_size=112,
-        num_hidden_layers=2,
-        vocab_size=101,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        rms_norm_eps=1e-5,
-        num_labels=1,
-    )
+    cfg = tiny_hf_config(num_labels=1)
     torch.manual_seed(0)
     hf = transformers.LlamaForSequenceClassification(cfg).eval()
     hf.save_pretrained(tmp_path)

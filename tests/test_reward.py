@@ -6,7 +6,16 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import CHOSEN, PROMPTS, REJECTED, pad, shared_path, tiny_config, tiny_model
+from conftest import (
+    CHOSEN,
+    PROMPTS,
+    REJECTED,
+    pad,
+    shared_path,
+    tiny_config,
+    tiny_hf_config,
+    tiny_model,
+)
 
 import reward
 from model import Transformer
@@ -80,19 +89,8 @@ def test_hf_sequence_classification_parity(tmp_path, tied, kv_heads):
     transformers = pytest.importorskip("transformers", reason="parity tests need transformers")
     pytest.importorskip("safetensors", reason="parity tests need safetensors")
     PAD = 0  # HF pools at the rightmost token != pad_token_id: PAD must not occur in the text
-    cfg = transformers.LlamaConfig(
-        hidden_size=64,
-        intermediate_size=112,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        num_key_value_heads=kv_heads,
-        vocab_size=101,
-        rms_norm_eps=1e-5,
-        max_position_embeddings=128,
-        tie_word_embeddings=tied,
-        num_labels=1,
-        pad_token_id=PAD,
-    )
+    cfg = tiny_hf_config(num_hidden_layers=3, num_key_value_heads=kv_heads, num_labels=1,
+                         tie_word_embeddings=tied, pad_token_id=PAD)  # fmt: skip
     torch.manual_seed(0)
     hf = transformers.LlamaForSequenceClassification(cfg).eval()
     hf.score.weight.normal_()  # HF initialises it at std 0.02; a unit head shows errors

@@ -1,4 +1,4 @@
-"""The seeds' classes under their own names and calls: ColossalChat's RewardModel, Critic and
+"""ColossalChat's and LLMBook's classes under their own names and calls: ColossalChat's RewardModel, Critic and
 RLVRRewardModel and LLMBook's LlamaRewardModel, built and called as their usage examples do (a
 local path for the hub name, the CPU for .cuda()); the README's snippets for them; and a
 checkpoint without a vocabulary refused under data of another vocabulary size."""
@@ -332,7 +332,7 @@ def test_llmbook_usage_example_as_written():
 
 
 def test_config_builds_a_new_model_of_that_shape():
-    """RewardModel(config=c) and Critic(config=c), as the seeds' constructors take config=; a
+    """RewardModel(config=c) and Critic(config=c), as ColossalChat's constructors take config=; a
     transformers LlamaConfig is read as the same shape."""
     from model import ModelConfig
 

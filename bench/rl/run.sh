@@ -6,11 +6,9 @@
 # The SFT policy and the proxies are trained once, into out/rl_cache, and reused by every run.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-# The curves here were measured with MKL's own kernels on the AMD EPYC: an empty MKL_CBWR keeps
-# them (train_rm.py pins small fp32 runs to MKL_CBWR=COMPATIBLE only where it is unset, and AUTO
-# is a mode of its own); MKL_CBWR=COMPATIBLE bash bench/rl/run.sh gives the curves every x86 CPU
-# computes alike (nanorm/runtime.py), other in detail.
-export MKL_CBWR="${MKL_CBWR-}"
+# The curves here were measured with MKL's own kernels on an AMD EPYC Zen 4: on another CPU (other
+# kernels, sums in another order) the runs differ in detail, and bench/rl/README.md says what held
+# on both seeds.
 run() {
     local name=$1
     shift
