@@ -6,6 +6,7 @@ import math
 import os
 import sys
 
+import pytest
 import torch
 from conftest import ROOT, shared_path
 
@@ -16,6 +17,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 import best_of_n  # noqa: E402
 
 
+@pytest.mark.slow
 def test_best_of_n_scores_every_answer_as_alone(tmp_path):
     gguf = str(shared_path("smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"))
     gsm8k = str(shared_path("gsm8k", "test.jsonl"))

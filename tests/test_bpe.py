@@ -117,6 +117,7 @@ def hf_ids(hf, texts):
     return [e.ids for e in hf.encode_batch(texts, add_special_tokens=False)]
 
 
+@pytest.mark.slow
 def test_shared_text_sample(refs):
     ours_gguf, hf_smollm, ours_json, hf_gpt2, *_ = refs
     texts = [t for v in shared_texts().values() for t in v]

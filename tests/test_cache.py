@@ -154,6 +154,7 @@ def run(arith, out, *args):
     return train_rm.main([str(a) for a in argv])
 
 
+@pytest.mark.slow
 def test_train_rm_epochs_cache_reuse_and_rebuild(arith, tmp_path, capsys):
     res = run(arith, tmp_path / "a", "--epochs", 2, "--eval_interval", 1000)
     out = capsys.readouterr().out

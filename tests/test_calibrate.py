@@ -80,6 +80,7 @@ def printed_reward(capsys, *argv):
     return float(re.search(r"reward: (\S+)", capsys.readouterr().out).group(1))
 
 
+@pytest.mark.slow
 def test_stored_calibration_is_served_alike_everywhere(run, tmp_path, capsys):
     data, original = run
     ckpt = str(tmp_path / "ckpt.pt")

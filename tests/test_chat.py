@@ -35,6 +35,7 @@ def test_hh_turns():
     assert hh_turns("What is 2+2?") == [("user", "What is 2+2?")]  # a plain question
 
 
+@pytest.mark.slow
 def test_chatml_ids_equal_hf_apply_chat_template(smollm2):
     """The ids of a rendered pair are those of HF's own template on the same dialogue."""
     transformers = pytest.importorskip("transformers")
@@ -164,6 +165,7 @@ def test_chatml_system_and_several_turns_by_hand():
     assert p == [1, *e("system\nYou are a bot."), 2, *nl] + expected[len(system) :]
 
 
+@pytest.mark.slow
 def test_conversations_equal_hf_apply_chat_template(smollm2, tmp_path):
     """A conversational row (system message, several turns), read and encoded as prepare does,
     gives the ids of HF's own template on the same messages."""

@@ -118,6 +118,7 @@ def test_cuda_on_a_cpu_machine(capsys, tmp_path):
     assert msg.endswith(f"error: --device cuda: CUDA is not available in {where}; use --device cpu")
 
 
+@pytest.mark.slow
 def test_second_run_into_the_same_out_dir_is_refused_and_nothing_lost(first_run):
     before = snapshot(first_run)
     p = cli("train_rm.py", "--out_dir", first_run, *TINY)
@@ -125,6 +126,7 @@ def test_second_run_into_the_same_out_dir_is_refused_and_nothing_lost(first_run)
     assert snapshot(first_run) == before
 
 
+@pytest.mark.slow
 def test_torchrun_rank0_refuses_for_every_rank(first_run):
     before = snapshot(first_run)
     cmd = [
@@ -168,6 +170,7 @@ def test_resume_without_a_checkpoint(capsys, tmp_path):
     assert not os.listdir(tmp_path)
 
 
+@pytest.mark.slow
 def test_truncated_checkpoint_is_named_corrupt(first_run, tmp_path):
     out = tmp_path / "cut"
     out.mkdir()
@@ -207,6 +210,7 @@ def test_train_layers_beyond_the_model(capsys, tmp_path):
     refused_in_process(capsys, train_rm.main, argv, "--train_layers 5: the model has 4 layers")
 
 
+@pytest.mark.slow
 def test_reward_and_eval_cli_errors(first_run, tmp_path):
     p = cli("nanorm/score.py", "--ckpt", tmp_path / "none.pt", "--response", "hi")
     refused(p, f"{tmp_path / 'none.pt'} not found")
@@ -243,6 +247,7 @@ def test_arith_prepare_ranges(capsys, tmp_path, argv, words):
     assert not os.listdir(tmp_path)
 
 
+@pytest.mark.slow
 def test_sample_cli_errors(first_run, tmp_path, capsys):
     import nanorm.sample as sample
 

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = {"train_rm", "eval_rm"}  # the entry points: they stand on everything, nothing on them
 CARD = {"model.py", "reward.py", "critic.py", "verifiable.py", "train_rm.py", "data", "notebooks"}
@@ -147,6 +149,7 @@ def loaded(code):
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_a_run_loads_what_it_runs(tmp_path):
     assert len(loaded("import reward")) <= 8, loaded("import reward")
     assert len(loaded("import critic")) <= 8, loaded("import critic")

@@ -189,6 +189,7 @@ def test_checker_hints_at_the_mistake(name, module, hint):
     assert not passed and hint in message, message
 
 
+@pytest.mark.slow
 def test_command_line():
     run = lambda *a: subprocess.run(
         [sys.executable, str(ROOT / "notebooks" / "exercises" / "check.py"), *a],

@@ -125,6 +125,7 @@ def test_processes_that_take_over_a_stale_lock_together_get_one_owner(tmp_path):
         assert owners == 1, (trial, owners)
 
 
+@pytest.mark.slow
 def test_two_processes_in_one_out_dir(arith, tmp_path):
     """Started together, one run trains and the other is refused in one line, exit status 2."""
     cmd = [
@@ -149,6 +150,7 @@ def test_two_processes_in_one_out_dir(arith, tmp_path):
     assert [r["step"] for r in rows if r["split"] == "train"] == [25, 30]  # one run's rows
 
 
+@pytest.mark.slow
 def test_diverging_weights_stop_the_run_and_keep_the_last_finite_checkpoint(
     arith, tmp_path, monkeypatch
 ):
@@ -251,6 +253,7 @@ def test_hostile_checkpoints_are_refused_before_memory_is_spent(tmp_path):
         assert grown_mb < 200, (what, grown_mb)
 
 
+@pytest.mark.slow
 def test_hostile_checkpoints_are_one_line_in_every_entry_point(arith, tmp_path):
     what, path, words = hostile_files(tmp_path)[5]  # 10^9 layers
     for argv in (
@@ -267,6 +270,7 @@ def test_hostile_checkpoints_are_one_line_in_every_entry_point(arith, tmp_path):
         )  # (train_rm may refuse its vocabulary first)
 
 
+@pytest.mark.slow
 def test_torn_log_line_full_disk_and_output_paths_that_are_files(arith, tmp_path, monkeypatch):
     """--resume drops a log line cut by a kill (with a note); a save that fails for a full disk
     is one line and keeps the previous checkpoint; an --out_dir or --out that is a file is
@@ -299,6 +303,7 @@ def test_torn_log_line_full_disk_and_output_paths_that_are_files(arith, tmp_path
     assert p.returncode == 2 and "is a file" in p.stderr and a_file.read_text() == "mine"
 
 
+@pytest.mark.slow
 def test_eval_reads_json_arrays_and_refuses_a_max_len_that_cuts_everything(arith, tmp_path):
     run(arith, tmp_path, "--max_iters", 1)
     rows = [{"prompt": "What is 2 + 2?", "chosen": " 4", "rejected": " 5"}] * 6
@@ -314,6 +319,7 @@ def test_eval_reads_json_arrays_and_refuses_a_max_len_that_cuts_everything(arith
     assert p.returncode == 2 and "--max_len must be at least 8" in p.stderr
 
 
+@pytest.mark.slow
 def test_export_never_replaces_what_it_did_not_write(arith, tmp_path):
     pytest.importorskip("safetensors")
     run(arith, tmp_path / "run", "--max_iters", 1)

@@ -49,6 +49,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", CASES)
+@pytest.mark.slow
 def test_fsdp_equals_one_process_and_resumes_across(arith, tmp_path, case):
     """2 ranks x 2 micro-steps of 4 pairs train the weights 1 process does with 4 micro-steps
     of 4, and a run cut at step 2 and resumed by the other kind (2 sharded ranks <-> 1 plain

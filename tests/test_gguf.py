@@ -178,6 +178,7 @@ def smol():
     return kw, load_s, ours, hf.eval(), tok
 
 
+@pytest.mark.slow
 def test_smollm2_config_and_load_time(smol):
     kw, load_s, ours, hf, _ = smol
     c = hf.config
@@ -200,6 +201,7 @@ def test_smollm2_config_and_load_time(smol):
 
 
 @torch.no_grad()
+@pytest.mark.slow
 def test_smollm2_logits_and_greedy_match_transformers(smol):
     _, _, ours, hf, tok = smol
     for prompt in PROMPTS:

@@ -377,6 +377,7 @@ def test_gguf_metadata_a_loader_trusts_is_checked(tmp_path, what):
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.slow
 def test_every_entry_point_says_it_in_one_line(tmp_path):
     """The same hostile files through the commands a user runs: one line on stderr, exit 2."""
     from data.arith.prepare import main as prepare_arith

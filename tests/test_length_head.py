@@ -78,6 +78,7 @@ def length_correlation_and_accuracy(model, rng):
     return pearson(r, lengths).item(), (r_c > r_r).float().mean().item()
 
 
+@pytest.mark.slow
 def test_quality_head_is_less_correlated_with_length_than_a_plain_model():
     torch.set_num_threads(1)
     data = pairs(random.Random(0), 2400, p_longer=0.8, p_good=0.8)

@@ -4,6 +4,7 @@ DDP over 2 gloo processes equals 1, partial merges, and the memory on SmolLM2-13
 import os
 import socket
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -145,6 +146,7 @@ def ddp_worker(rank, world, port, out):
     dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_ddp_two_processes_equal_one(tmp_path):
     with socket.socket() as s:  # a free port
         s.bind(("127.0.0.1", 0))

@@ -88,6 +88,7 @@ def run_the_four_commands(tmp_path, prepare_args, train_args):
     return meta
 
 
+@pytest.mark.slow
 def test_own_data_from_scratch(tmp_path):
     """No shared data: prepare trains a 400-piece vocabulary (plain-text layout), train_rm a
     0.2M-parameter model for 3 steps."""
@@ -99,6 +100,7 @@ def test_own_data_from_scratch(tmp_path):
     assert meta["chat_format"] == "plain" and meta["vocab_size"] == 400
 
 
+@pytest.mark.slow
 def test_a_bad_row_stops_strict_prepare_naming_file_and_line(tmp_path):
     src = tmp_path / "prefs.jsonl"
     write_conversations(src)

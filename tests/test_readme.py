@@ -65,6 +65,7 @@ def test_the_readme_has_commands():
 
 
 @pytest.mark.parametrize("cmd", commands())
+@pytest.mark.slow
 def test_every_flag_exists(cmd):
     for script, flags in python_calls(cmd):
         assert (ROOT / script).exists(), f"README runs {script}, which does not exist"
@@ -73,6 +74,7 @@ def test_every_flag_exists(cmd):
 
 
 @pytest.mark.parametrize("cmd", QUICK)
+@pytest.mark.slow
 def test_quick_commands_run_as_written(cmd):
     assert cmd in commands(), f"{cmd!r} is no longer in the README"
     if "nanorm.sample" in cmd and not (SHARED / "llama2c").exists():

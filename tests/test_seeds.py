@@ -98,6 +98,7 @@ def test_readme_snippet_llmbook_call(at_root):
     assert loss.dim() == 0 and torch.isfinite(loss)
 
 
+@pytest.mark.slow
 def test_readme_section_runs():
     """Every ```python block under the README's heading, run as written from the root."""
     readme = (ROOT / "README.md").read_text()

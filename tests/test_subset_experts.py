@@ -76,6 +76,7 @@ def accuracy_per_subset(model, items, groups):
     return [right[groups == g].mean().item() for g in (0, 1)]
 
 
+@pytest.mark.slow
 def test_experts_learn_conflicting_subsets_where_one_head_cannot():
     rng = random.Random(0)
     train, g_train = subset_pairs(rng, 1600)

@@ -73,6 +73,7 @@ def grad_norms(out):
     return [r["grad_norm"] for r in rows if r["split"] == "train"]
 
 
+@pytest.mark.slow
 def test_grad_accum_equals_one_big_batch(arith, tmp_path):
     run(arith, tmp_path / "big", *EXACT, "--max_iters", 5, "--batch_size", 16, "--grad_accum", 1)
     run(arith, tmp_path / "acc", *EXACT, "--max_iters", 5, "--batch_size", 4, "--grad_accum", 4)
@@ -86,6 +87,7 @@ def test_plain_reward_model_trains(arith, tmp_path):
     assert torch.load(tmp_path / "ckpt.pt", weights_only=True)["kind"] == "RewardModel"
 
 
+@pytest.mark.slow
 def test_ddp_two_processes_equal_one(arith, tmp_path):
     common = ["--dataset", arith, "--max_iters", "4", "--eval_pairs", "64", "--device", "cpu"]
     common += ["--log_interval", "1", "--lm_coef", "0", "--dtype", "float32"]  # as run()'s
@@ -124,6 +126,7 @@ def test_ddp_two_processes_equal_one(arith, tmp_path):
     assert grad_norms(tmp_path / "ddp") == pytest.approx(grad_norms(tmp_path / "one"), rel=1e-5)
 
 
+@pytest.mark.slow
 def test_resume_is_bitwise_exact(arith, tmp_path, monkeypatch):
     common = ["--max_iters", 8, "--eval_interval", 4, "--dropout", 0.1]  # dropout: RNG state too
     run(arith, tmp_path / "full", *common)
@@ -146,6 +149,7 @@ def test_resume_is_bitwise_exact(arith, tmp_path, monkeypatch):
     assert steps == sorted(steps)  # the resumed log continues, without duplicated rows
 
 
+@pytest.mark.slow
 def test_sigkill_leaves_a_readable_checkpoint(arith, tmp_path):
     cmd = [
         sys.executable,
@@ -193,6 +197,7 @@ def test_nan_loss_stops_and_keeps_last_checkpoint(arith, tmp_path, monkeypatch):
     assert torch.load(tmp_path / "ckpt.pt", weights_only=True)["step"] == 2
 
 
+@pytest.mark.slow
 def test_short_run_learns(arith, tmp_path):
     res = run(arith, tmp_path, "--max_iters", 400, "--eval_interval", 400, "--eval_pairs", 300)
     # chance is 0.5 (+-0.03 on 300 pairs) and the length baseline about 0.5
@@ -206,6 +211,7 @@ def test_short_run_learns(arith, tmp_path):
     }
 
 
+@pytest.mark.slow
 def test_pack_and_bucket_flags(arith, tmp_path):
     """--pack computes each prompt once and must train the same weights as the plain forward;
     --bucket changes which pairs share a batch, so it is checked for running and learning only."""

@@ -184,6 +184,7 @@ def test_loggers_name_their_package(arith, tmp_path):
             trainer.fit(dl, use_wandb=True)
 
 
+@pytest.mark.slow
 def test_script_keeps_numbered_checkpoints_and_trains_on_from_its_own(arith, tmp_path):
     """train_rm.py --save_interval keeps ckpt-<step>.pt; --init out/ckpt.pt starts a new run
     from the trained reward model, head included: its step-0 evaluation is the first run's

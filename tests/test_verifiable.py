@@ -1040,6 +1040,7 @@ NASTY = [("", "\\", ""), ("", "1", "x"), ("", "a", "1"), ("", " ", "x"), ("\\fra
          ("\\sin", " ", "x"), ("\\begin{pmatrix}", "1&", "")]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_every_regex_is_linear_on_adversarial_text():
     modules = (
         V,
