@@ -1,6 +1,8 @@
 """
 PPO's critic: a LLaMA with a value head that estimates, at every token, the reward still to come;
-and what PPO does with those values: generalized advantage estimation and the clipped value loss.
+and PPO's mathematics, in one place: generalized advantage estimation and the clipped value loss
+on the critic's side; the per-token KL-penalized rewards, the clipped policy loss, GRPO's group
+advantages and the k3 KL estimate on the policy's side. nanorm/rl.py is the loop that uses them.
 
     python -m pytest tests/test_critic.py    # no command line: a PPO loop calls these functions
 
@@ -9,8 +11,10 @@ and what PPO does with those values: generalized advantage estimation and the cl
     critic = Critic(pretrained="stories260K.bin")        # or a new head on any checkpoint
     values = critic(input_ids, attention_mask)           # (B, T), 0 at padding
     old_v = response_values(values, prompt_len, R)       # (B, R), aligned with the response tokens
+    rewards = kl_penalty_rewards(old_logp, ref_logp, response_mask, score, kl_coef=0.05)
     adv, ret = gae(rewards, old_v, response_mask, gamma=1.0, lam=0.95)
-    loss = value_loss(new_v, old_v, ret, response_mask, clip_eps=0.2)
+    loss = clipped_policy_loss(logp, old_logp, adv, response_mask, clip_eps=0.2)
+    loss = loss + value_loss(new_v, old_v, ret, response_mask, clip_eps=0.2)
 
 Which token a value belongs to. values[:, t] = head(h_t) is computed from tokens 0..t, so it is
 the value of the state "the text up to and including token t": one value per input position, as
@@ -121,3 +125,46 @@ def value_loss(values, old_values, returns, mask, clip_eps=0.2):
     clipped = old_values + (values - old_values).clamp(-clip_eps, clip_eps)
     err = torch.maximum((values - returns).pow(2), (clipped - returns).pow(2))
     return 0.5 * masked_mean(err, mask)
+
+
+# ----------------------------------------------------------------------------- the policy's side
+def kl_penalty_rewards(logp, ref_logp, resp_mask, score, kl_coef):
+    """PPO's per-token rewards (B, R): -kl_coef * (log pi - log pi_ref) at every response token
+    (the k1 estimate of the KL, whose sum over a sequence is the sampled log-ratio), plus the
+    sequence's score at its last token. InstructGPT's shaping, as ColossalChat and TRL do it."""
+    m = resp_mask.float()
+    rewards = -kl_coef * (logp - ref_logp) * m
+    last = resp_mask.long().cumsum(1).argmax(1, keepdim=True)  # (B, 1) last response token
+    return rewards.scatter_add(1, last, score[:, None].to(rewards.dtype))
+
+
+def clipped_policy_loss(logp, old_logp, advantages, mask, clip_eps):
+    """PPO's clipped surrogate, a masked mean over response tokens:
+    -min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A), ratio = pi / pi_old."""
+    ratio = (logp - old_logp).exp()
+    surrogate = torch.minimum(
+        ratio * advantages, ratio.clamp(1 - clip_eps, 1 + clip_eps) * advantages
+    )
+    return -masked_mean(surrogate, mask)
+
+
+def group_advantages(rewards, group, eps=1e-4):
+    """GRPO: (B,) rewards in groups of `group` answers to one question -> each answer's reward
+    less its group's mean, over its group's std (unbiased, as DeepSeekMath). A group whose
+    answers all score the same gets 0: nothing to learn from."""
+    r = rewards.view(-1, group)
+    return ((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + eps)).view(-1)
+
+
+def k3_kl(logp, ref_logp):
+    """Per-token KL estimate exp(d) - d - 1, d = log pi_ref - log pi: never negative, unbiased
+    for KL(pi || pi_ref) under pi's samples (Schulman's k3), GRPO's loss term."""
+    d = ref_logp - logp
+    return d.exp() - d - 1
+
+
+def whiten(x, mask, eps=1e-8):
+    """x less its masked mean, over its masked std: PPO's advantages on one scale per batch."""
+    mean = masked_mean(x, mask)
+    var = masked_mean((x - mean) ** 2, mask)
+    return (x - mean) / (var + eps).sqrt() * mask

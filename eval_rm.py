@@ -41,15 +41,15 @@ import torch
 import torch.distributed as dist
 
 import nanorm.calibrate as calibrate
-from data import UsageError, run
 from data.chat import chat_format
 from data.pairs import as_batch, open_dataset
 from data.tokenizer import load_tokenizer
-from nanorm.checkpoints import load
+from nanorm.base.checkpoints import load
+from nanorm.base.cli import REQUIRED, check_device, one_of, opt, parse_config
+from nanorm.base.errors import UsageError, run
+from nanorm.base.runtime import all_reduce_sum, auto_dtype, dtype_context
 from nanorm.ckpt import checkpoint_tokenizer, load_reward_model
-from nanorm.cli import REQUIRED, check_device, one_of, opt, parse_config
 from nanorm.report import Scored, best_of_n, response_lengths, write_served_report
-from nanorm.runtime import all_reduce_sum, auto_dtype, dtype_context
 from reward import LogSigLoss, ranked_right
 
 

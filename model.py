@@ -7,7 +7,7 @@ generation with a KV cache. Text from a checkpoint: `python -m nanorm.sample` (s
     out = model.generate(tokens, max_new_tokens=50, temperature=0.8, top_k=40)
 
 Module names are Meta's (tok_embeddings, layers[i].attention.wq, feed_forward.w1, ...), so
-checkpoints map one to one; nanorm/checkpoints.py reads every format and builds the model from it.
+checkpoints map one to one; nanorm/base/checkpoints.py reads every format and builds the model from it.
 
 Padding. A reward model reads one scalar at the last real token of each sequence, so a
 sequence's hidden states must not depend on how it was padded. Two things make that true here:

@@ -29,10 +29,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from data import UsageError
 from data.pairs import packed_attention_mask, packed_block_mask, right_pad
 from model import ModelConfig, Transformer
-from nanorm.checkpoints import Checkpoint, load, model_config
+from nanorm.base.checkpoints import Checkpoint, load, model_config
+from nanorm.base.errors import UsageError
 
 LOSSES = ("logsig", "logexp", "bce")
 LM_CHUNK = 1024  # response tokens per LM-head call: at most (LM_CHUNK, vocab) logits alive
@@ -230,7 +230,7 @@ STARTS_WITHOUT = {
 class ScalarHeadModel(nn.Module):
     """A LLaMA backbone with a Linear(dim, 1) `head`: the reward models here and critic.Critic.
     It owns construction; a subclass says where the head reads (forward). Files are read below
-    it (nanorm/checkpoints.py: load), checkpoints written above it (nanorm/ckpt.py)."""
+    it (nanorm/base/checkpoints.py: load), checkpoints written above it (nanorm/ckpt.py)."""
 
     head_bias = True
 

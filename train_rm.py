@@ -18,7 +18,7 @@ and eval_rm.py's report of the final evaluation: eval.json and the reward plots.
 Here: the options, the schedule, the step DDP wraps, and the loop (RewardModelTrainer.fit,
 ColossalChat's trainer). In the library: the data, model and optimizer the flags build
 (nanorm/build.py), the sampler of each step's micro-batches (data/pairs.py), the processes
-(nanorm/runtime.py), the run's folder, lock and log (nanorm/run_dir.py), ckpt.pt (nanorm/ckpt.py),
+(nanorm/base/runtime.py), the run's folder, lock and log (nanorm/run_dir.py), ckpt.pt (nanorm/ckpt.py),
 the evaluation (eval_rm.evaluate) and its report (nanorm/report.py).
 
 Simplified on purpose: no mixed fp16 (bf16 needs no loss scaling); a single fixed train/val split
@@ -35,13 +35,14 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.optim.lr_scheduler import LambdaLR
 
-from data import UsageError, run
 from data.pairs import BALANCE, OptimizerSteps, PairSteps, as_batch
 from eval_rm import evaluate, fit_calibration
-from nanorm import run_dir, runtime
+from nanorm import run_dir
+from nanorm.base import runtime
+from nanorm.base.cli import AT_LEAST_1, NON_NEGATIVE, POSITIVE, one_of, opt, parse_config
+from nanorm.base.errors import UsageError, run
 from nanorm.build import MODELS, build_model, load_data, make_optimizer, model_options, open_caches
 from nanorm.ckpt import resume_run, save_training_checkpoint
-from nanorm.cli import AT_LEAST_1, NON_NEGATIVE, POSITIVE, one_of, opt, parse_config
 from nanorm.report import write_run_report
 from reward import LOSSES, LogSigLoss, PairwiseLoss
 

@@ -12,7 +12,7 @@ Python. RLVR needs no learned reward model:
     from verifiable import math_reward, gsm8k_reward, RLVRRewardModel
 
 Both answers become a canonical string, then an exact key: 3/4 == \\frac34 == 0.75, units and
-LaTeX noise gone, sets compared as sets (nanorm/algebra/: canonical.py states each policy,
+LaTeX noise gone, sets compared as sets (nanorm/base/algebra/: canonical.py states each policy,
 exact.py what the algebra leaves out). Safe on any str: no eval or exec, no regex that can
 backtrack catastrophically, bounded work on megabyte inputs (an answer longer than
 MAX_ANSWER_CHARS never matches). torch is imported only by RLVRRewardModel's call.
@@ -20,8 +20,8 @@ MAX_ANSWER_CHARS never matches). torch is imported only by RLVRRewardModel's cal
 
 import functools
 
-import nanorm.algebra.extract as _extract
-from nanorm.algebra.canonical import (  # noqa: F401 (canonical re-exported: bench times it)
+import nanorm.base.algebra.extract as _extract
+from nanorm.base.algebra.canonical import (  # noqa: F401 (canonical re-exported: bench times it)
     BASE,
     DECIMAL_COMMA,
     RATIO,
@@ -29,18 +29,18 @@ from nanorm.algebra.canonical import (  # noqa: F401 (canonical re-exported: ben
     canonical,
     fold,
 )
-from nanorm.algebra.decimals import close  # a written decimal as a rounded value
-from nanorm.algebra.exact import same_set, split_top, unlabel, wraps
-from nanorm.algebra.extract import (  # noqa: F401 (re-exported: callers import the extractors from here)
+from nanorm.base.algebra.decimals import close  # a written decimal as a rounded value
+from nanorm.base.algebra.exact import same_set, split_top, unlabel, wraps
+from nanorm.base.algebra.extract import (  # noqa: F401 (re-exported: callers import the extractors from here)
     MAX_ANSWER_CHARS,
     extract_answer_tag,
     extract_boxed,
     extract_conclusion,
     extract_gsm8k,
 )
-from nanorm.algebra.matrices import key  # exact.key, with matrix literals read first
-from nanorm.algebra.named import named
-from nanorm.algebra.units import is_percent
+from nanorm.base.algebra.matrices import key  # exact.key, with matrix literals read first
+from nanorm.base.algebra.named import named
+from nanorm.base.algebra.units import is_percent
 
 # ------------------------------------------------------------------ 1. extract the answer
 # extract.py finds answers; where it must tell whether two candidates are one answer ("\\boxed{2}
@@ -68,7 +68,7 @@ def extract_answer_is(text):
 
 
 def answers_match(predicted, reference):
-    """True when the two answer strings denote the same answer (nanorm/algebra/canonical.py lists the policies).
+    """True when the two answer strings denote the same answer (nanorm/base/algebra/canonical.py lists the policies).
     Never raises: non-str, empty or over-long (> MAX_ANSWER_CHARS) answers do not match."""
     if not isinstance(predicted, str) or not isinstance(reference, str):
         return False

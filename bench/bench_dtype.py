@@ -45,7 +45,7 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from nanorm.runtime import BF16_CPU_FLAGS, auto_dtype, cpu_flags  # noqa: E402
+from nanorm.base.runtime import BF16_CPU_FLAGS, auto_dtype, cpu_flags  # noqa: E402
 
 SHARED = os.path.join(os.path.dirname(ROOT), "shared", "data")
 
@@ -84,7 +84,7 @@ def bench_matmul(n, repeats):
 
 
 def bench_forward(gguf, rows, seq, repeats):
-    from nanorm.checkpoints import load_transformer
+    from nanorm.base.checkpoints import load_transformer
 
     model = load_transformer(gguf).eval()
     g = torch.Generator().manual_seed(0)
@@ -171,7 +171,7 @@ def bench_cache_build(gguf, work, pairs, train_layers, repeats):
 
     from data.pairs import PairDataset
     from nanorm import cache
-    from nanorm.checkpoints import load_transformer
+    from nanorm.base.checkpoints import load_transformer
 
     model = load_transformer(gguf).eval()
     data = PairDataset(os.path.join(prepare_subset(gguf, work, pairs), "train.npz"))

@@ -60,7 +60,7 @@ from data.rows import read_pairs
 from data.tokenizer import load_tokenizer
 from model import ModelConfig
 from reward import RewardModel, pad_and_concat, pairwise_loss, score_last_token
-from nanorm.runtime import estimate_mfu
+from nanorm.base.runtime import estimate_mfu
 
 SHARED = ROOT.parent / "shared" / "data"
 HH = [SHARED / "hh-rlhf" / s / "test.jsonl.gz" for s in ("helpful-base", "harmless-base")]

@@ -52,8 +52,9 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from data import ArgumentParser, UsageError, run  # noqa: E402
 from data.pairs import open_dataset  # noqa: E402
+from nanorm.base.cli import ArgumentParser  # noqa: E402
+from nanorm.base.errors import UsageError, run  # noqa: E402
 
 SHARED = os.path.join(os.path.dirname(ROOT), "shared", "data")
 GGUF = os.path.join(SHARED, "smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -118,7 +119,7 @@ def nanorm_and_hf(init, seed, pad_id, bos_id, eos_id):
     starts from, not HF's init, so both trainers begin at the same rewards."""
     import transformers
 
-    from nanorm.checkpoints import load_transformer
+    from nanorm.base.checkpoints import load_transformer
     from nanorm.export_hf import hf_config, hf_state_dict
     from reward import RewardModel
 

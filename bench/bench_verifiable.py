@@ -39,7 +39,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from nanorm.algebra.exact import wraps
+from nanorm.base.algebra.exact import wraps
 from verifiable import answers_match, canonical, extract_answer, math_reward  # noqa: I001
 
 DATA = ROOT.parent / "shared" / "data"

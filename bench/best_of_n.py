@@ -27,12 +27,14 @@ from contextlib import nullcontext
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # the root
-from data import ArgumentParser, UsageError, atomic_write, run
 from data.chat import chat_format
 from data.tokenizer import load_tokenizer
-from nanorm.checkpoints import load_transformer
+from nanorm.base.checkpoints import load_transformer
+from nanorm.base.cli import ArgumentParser
+from nanorm.base.errors import UsageError, run
+from nanorm.base.files import atomic_write
+from nanorm.base.runtime import auto_dtype
 from nanorm.ckpt import load_reward_model
-from nanorm.runtime import auto_dtype
 from verifiable import gsm8k_reward
 
 ASK = "\nEnd with: The answer is <number>."  # a final answer the verifier can find

@@ -98,7 +98,7 @@ def generate(args):
 
     from data.chat import chat_format
     from data.tokenizer import load_tokenizer
-    from nanorm.checkpoints import load_transformer
+    from nanorm.base.checkpoints import load_transformer
 
     torch.set_num_threads(1)
     model = load_transformer(GGUF)

@@ -249,7 +249,7 @@ class BPETokenizer:
     @classmethod
     def from_gguf(cls, path: str | os.PathLike) -> "BPETokenizer":
         """The tokenizer in a GGUF file's metadata (`tokenizer.ggml.*`), model "gpt2"."""
-        from nanorm.gguf_reader import read_gguf_metadata  # the GGUF format, read for its file
+        from nanorm.base.gguf_reader import read_gguf_metadata  # the GGUF format, read for its file
 
         meta = read_gguf_metadata(path)
         model = meta.get("tokenizer.ggml.model")

@@ -27,8 +27,9 @@ import torch.nn.functional as F
 from torch.nn.attention.flex_attention import create_block_mask
 from torch.nn.utils.rnn import pad_sequence
 
-from data import UsageError, atomic_write
 from data.chat import ChatFormat
+from nanorm.base.errors import UsageError
+from nanorm.base.files import atomic_write
 
 
 def encode_pair(tok, pair, max_len, fmt=None):

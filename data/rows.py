@@ -27,12 +27,12 @@ import re
 import reprlib
 import sys
 
-from data import UsageError
+from nanorm.base.errors import UsageError
 
 ASSISTANT = "\n\nAssistant:"
 
 
-class BadRowError(UsageError):  # a ValueError; one line naming file:line from data.run
+class BadRowError(UsageError):  # a ValueError; one line naming file:line from run
     pass
 
 

@@ -37,8 +37,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
 
-from data import UsageError
 from data.bpe import BPETokenizer
+from nanorm.base.errors import UsageError
 
 BYTE_OFFSET = 3  # llama2.c layout: ids 0,1,2 = <unk>, <s>, </s>; ids 3..258 = <0x00>..<0xFF>
 

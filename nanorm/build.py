@@ -19,9 +19,9 @@ import os
 import torch
 import torch.distributed as dist
 
-from data import UsageError
 from data.pairs import DATA, dataset_dir, open_dataset
 from model import ModelConfig
+from nanorm.base.errors import UsageError
 from nanorm.ckpt import check_tokenizer
 from reward import LMRegularizedRewardModel, RewardModel
 

@@ -1,7 +1,7 @@
 """
 nanoRM's own checkpoint, ckpt.pt, above the heads: what it holds, writing it atomically,
 resuming from it, the tokenizer it carries, and the model class it names. Every file is read by
-nanorm/checkpoints.py (load), below the heads; this module builds the classes on what it read.
+nanorm/base/checkpoints.py (load), below the heads; this module builds the classes on what it read.
 
     save_checkpoint(path, rm, meta=meta, optimizer=opt, step=step, train_config=cfg)
     save_checkpoint(path, policy)        # a plain Transformer (kind "Transformer") too
@@ -38,7 +38,6 @@ from functools import lru_cache
 
 import torch
 
-from data import UsageError, atomic_write
 from data.bpe import BPETokenizer, bpe_tokenizer_files
 from data.tokenizer import (
     Llama2cTokenizer,
@@ -47,8 +46,10 @@ from data.tokenizer import (
     tokenizer_fingerprint,
 )
 from model import Transformer
-from nanorm.checkpoints import Checkpoint, load
-from nanorm.runtime import Diverged, all_reduce_sum
+from nanorm.base.checkpoints import Checkpoint, load
+from nanorm.base.errors import UsageError
+from nanorm.base.files import atomic_write
+from nanorm.base.runtime import Diverged, all_reduce_sum
 from reward import LMRegularizedRewardModel, RewardModel
 
 
@@ -261,7 +262,7 @@ def checkpoint_tokenizer(source, missing_ok=False):
         found = [os.path.join(name, f) for f in ("tokenizer.model", "tokenizer.json")]
         found = [f for f in found if os.path.isfile(f)]
     elif name.endswith(".gguf"):  # (a GGUF may hold weights only)
-        from nanorm.gguf_reader import read_gguf_metadata  # the GGUF format, for its file
+        from nanorm.base.gguf_reader import read_gguf_metadata  # the GGUF format, for its file
 
         found = [name] if "tokenizer.ggml.tokens" in read_gguf_metadata(name) else []
     if found:

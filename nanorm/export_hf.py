@@ -10,7 +10,7 @@ tokenizer.json + tokenizer_config.json (with the chat template) for byte-level B
 tokenizer.model + tokenizer_config.json for SentencePiece; a llama2.c .bin vocabulary has no HF
 form and is left out (the directory then loads without a tokenizer). The BPE files are
 data/bpe.py's bpe_tokenizer_files, which checkpoints carry too (ckpt.py). Every file is written
-aside and renamed (data.atomic_write); HF's tensor names come from checkpoints.HF_NAMES, the table the
+aside and renamed (atomic_write); HF's tensor names come from checkpoints.HF_NAMES, the table the
 reader uses.
 
 Three details decide whether HF computes our rewards:
@@ -48,11 +48,11 @@ import struct
 
 import torch
 
-from data import atomic_write
 from data.bpe import BPETokenizer, bpe_tokenizer_files
 from data.chat import chat_format as find_format
 from data.tokenizer import SentencePieceTokenizer
-from nanorm.checkpoints import HF_NAMES
+from nanorm.base.checkpoints import HF_NAMES
+from nanorm.base.files import atomic_write
 from reward import RewardModel
 
 

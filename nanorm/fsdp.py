@@ -42,7 +42,7 @@ from torch.distributed.fsdp import (
     register_fsdp_forward_method,
 )
 
-from data import UsageError
+from nanorm.base.errors import UsageError
 
 
 def shard(rm, proc):

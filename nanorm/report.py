@@ -24,8 +24,8 @@ import torch
 from matplotlib.figure import Figure
 
 import nanorm.calibrate as calibrate
-from data import atomic_write
 from data.pairs import length_heuristics
+from nanorm.base.files import atomic_write
 from nanorm.run_dir import plot_log, save_figure
 from reward import pearson, ranked_right
 

@@ -48,11 +48,22 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from critic import Critic, gae, masked_mean, response_values, value_loss
+from critic import (
+    Critic,
+    clipped_policy_loss,
+    gae,
+    group_advantages,
+    k3_kl,
+    kl_penalty_rewards,
+    masked_mean,
+    response_values,
+    value_loss,
+    whiten,
+)
 from data.pairs import PairDataset, right_pad
 from data.tokenizer import load_tokenizer
 from model import Transformer
-from nanorm.checkpoints import load_transformer
+from nanorm.base.checkpoints import load_transformer
 from nanorm.ckpt import load_reward_model, save_checkpoint
 from verifiable import RLVRRewardModel, extract_answer, gsm8k_reward
 
@@ -215,48 +226,6 @@ def token_logprobs(model, seq, mask, P):
     """(B, R) log pi(a_t | s_t) of each response token: the logits at the token before it."""
     logits = model(seq, mask)[:, P - 1 : -1].float()  # (B, R, vocab)
     return torch.log_softmax(logits, -1).gather(-1, seq[:, P:, None]).squeeze(-1)
-
-
-# ----------------------------------------------------------------------------- 2, 3. the losses
-def kl_penalty_rewards(logp, ref_logp, resp_mask, score, kl_coef):
-    """PPO's per-token rewards (B, R): -kl_coef * (log pi - log pi_ref) at every response token
-    (the k1 estimate of the KL, whose sum over a sequence is the sampled log-ratio), plus the
-    sequence's score at its last token. InstructGPT's shaping, as ColossalChat and TRL do it."""
-    m = resp_mask.float()
-    rewards = -kl_coef * (logp - ref_logp) * m
-    last = resp_mask.long().cumsum(1).argmax(1, keepdim=True)  # (B, 1) last response token
-    return rewards.scatter_add(1, last, score[:, None].to(rewards.dtype))
-
-
-def clipped_policy_loss(logp, old_logp, advantages, mask, clip_eps):
-    """PPO's clipped surrogate, a masked mean over response tokens:
-    -min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A), ratio = pi / pi_old."""
-    ratio = (logp - old_logp).exp()
-    surrogate = torch.minimum(
-        ratio * advantages, ratio.clamp(1 - clip_eps, 1 + clip_eps) * advantages
-    )
-    return -masked_mean(surrogate, mask)
-
-
-def group_advantages(rewards, group, eps=1e-4):
-    """GRPO: (B,) rewards in groups of `group` answers to one question -> each answer's reward
-    less its group's mean, over its group's std (unbiased, as DeepSeekMath). A group whose
-    answers all score the same gets 0: nothing to learn from."""
-    r = rewards.view(-1, group)
-    return ((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + eps)).view(-1)
-
-
-def k3_kl(logp, ref_logp):
-    """Per-token KL estimate exp(d) - d - 1, d = log pi_ref - log pi: never negative, unbiased
-    for KL(pi || pi_ref) under pi's samples (Schulman's k3), GRPO's loss term."""
-    d = ref_logp - logp
-    return d.exp() - d - 1
-
-
-def whiten(x, mask, eps=1e-8):
-    mean = masked_mean(x, mask)
-    var = masked_mean((x - mean) ** 2, mask)
-    return (x - mean) / (var + eps).sqrt() * mask
 
 
 # ----------------------------------------------------------------------------- the loop

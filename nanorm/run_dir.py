@@ -21,7 +21,8 @@ from dataclasses import asdict, is_dataclass
 import torch.distributed as dist
 from matplotlib.figure import Figure
 
-from data import UsageError, atomic_write
+from nanorm.base.errors import UsageError
+from nanorm.base.files import atomic_write
 from reward import accuracy
 
 

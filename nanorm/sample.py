@@ -10,7 +10,7 @@ the story llama2.c's own test expects.
     python -m nanorm.sample --ckpt out/ckpt.pt --prompt "1 + 2 ="    # a trained RM's backbone, its tokenizer
 
 One process, on the CPU: generation here is a demonstration, not a service, so there is no
-torchrun form. --ckpt takes any checkpoint nanorm/checkpoints.py reads (train_rm's ckpt.pt, whose tokenizer it
+torchrun form. --ckpt takes any checkpoint nanorm/base/checkpoints.py reads (train_rm's ckpt.pt, whose tokenizer it
 carries, and every foreign format): its backbone.
 """
 
@@ -22,9 +22,10 @@ from dataclasses import asdict
 
 import torch
 
-from data import ArgumentParser, UsageError, run
 from data.tokenizer import load_tokenizer
-from nanorm.checkpoints import load
+from nanorm.base.checkpoints import load
+from nanorm.base.cli import ArgumentParser
+from nanorm.base.errors import UsageError, run
 from nanorm.ckpt import checkpoint_tokenizer
 
 HERE = os.path.dirname(os.path.abspath(__file__))

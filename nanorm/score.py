@@ -22,12 +22,13 @@ import argparse
 
 import torch
 
-from data import ArgumentParser, run
 from data.chat import chat_format
 from data.pairs import encode_pair
 from data.tokenizer import load_tokenizer
+from nanorm.base.checkpoints import load
+from nanorm.base.cli import ArgumentParser
+from nanorm.base.errors import run
 from nanorm.calibrate import served
-from nanorm.checkpoints import load
 from nanorm.ckpt import checkpoint_tokenizer, load_reward_model
 from nanorm.export_hf import export_hf
 

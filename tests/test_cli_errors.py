@@ -1,7 +1,7 @@
 """A user's mistake is one line on stderr naming the file or option and what to do,
 exit status 2, no traceback; and nothing is lost: a refused run leaves the earlier run's files
 byte for byte. The entry points run as a user runs them (a subprocess in the project root)
-where the wiring matters, and through data.run in-process where only the message does."""
+where the wiring matters, and through run in-process where only the message does."""
 
 import os
 import subprocess
@@ -12,8 +12,8 @@ import torch
 from conftest import ROOT
 
 import train_rm
-from data import UsageError, run
 from data.arith.prepare import main as prepare_arith
+from nanorm.base.errors import UsageError, run
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
 # one step on the built-in arithmetic pairs (train_rm prepares data/arith when it is missing)

@@ -57,46 +57,34 @@ def test_the_top_level_is_the_design_cards():
     assert len(list(ROOT.glob("*.py"))) <= 6
 
 
-# the library's ground floor: reading checkpoint files, below the heads (reward.py builds on it)
-GROUND = {"nanorm.checkpoints", "nanorm.gguf_reader"}
+def floor(m):
+    """0: the ground floor (nanorm/base/, and model.py, which imports nothing); 1: data/ and the
+    concept files; 2: the attic (the rest of nanorm/); 3: the scripts."""
+    if m == "model" or m == "nanorm.base" or m.startswith("nanorm.base."):
+        return 0
+    if is_library(m):
+        return 2
+    return 3 if m in SCRIPTS else 1
 
 
 def test_imports_go_one_way():
-    """At import time the library (nanorm/) stands on the concept files (model, reward, critic,
-    verifiable, data/), never the reverse, and the two scripts stand on both; the
-    verifier's algebra (nanorm/algebra/) is verifiable.py's alone and imports nothing outside
-    itself. The ground floor (GROUND, the readers of checkpoint files) stands on model.py and
-    data/ alone, so the concept files may stand on it. A concept file may reach into the rest
-    of nanorm/ only inside a function that reads or writes a file format, the line commented;
-    the model classes (reward.py, critic.py) never do."""
-    g = graph(top_level=True)
-    inner = graph(top_level=False)
-    for m, deps in g.items():
-        algebra = {d for d in deps if d.startswith("nanorm.algebra")}
-        if m.startswith("nanorm.algebra"):
-            assert all(d.startswith("nanorm.algebra") for d in deps), (m, deps)
-        elif m in GROUND:
-            below = {d for d in deps | inner[m] if d not in GROUND and d != "nanorm"}
-            assert all(d == "model" or d.split(".")[0] == "data" for d in below), (m, below)
-        elif is_library(m) or m in SCRIPTS:
-            continue
-        else:  # a concept file or data/
-            assert not {d for d in deps if is_library(d)} - algebra - GROUND, (m, deps)
-            assert not algebra or m == "verifiable", (m, algebra)
-    for m in ("reward", "critic"):
-        assert not {d for d in inner[m] if is_library(d)}, (m, inner[m])
-    for f in project_files():
-        m = module_name(f)
-        if is_library(m) or m in SCRIPTS:
-            continue
-        lines = f.read_text().splitlines()
-        for name, node in imports(ast.parse(f.read_text()), top_level=False):
-            if is_library(name):
-                assert "#" in lines[node.lineno - 1], f"{f.name}:{node.lineno} says why"
+    """Every import, at the top of a file or inside a function, goes to the module's own floor or
+    one below it; the verifier's algebra (nanorm/base/algebra/) is verifiable.py's alone and
+    imports nothing outside itself. There is no exception, by comment or otherwise."""
+    for g in (graph(top_level=True), graph(top_level=False)):
+        for m, deps in g.items():
+            up = {d for d in deps if floor(d) > floor(m)}
+            assert not up, f"{m} imports {sorted(up)} from a floor above it"
+            algebra = {d for d in deps if d.startswith("nanorm.base.algebra")}
+            if m.startswith("nanorm.base.algebra"):
+                assert algebra == deps, (m, deps - algebra)
+            else:
+                assert not algebra or m == "verifiable", (m, algebra)
+    assert floor("nanorm.base.checkpoints") < floor("reward") < floor("nanorm.ckpt")
 
 
 def test_torch_files_are_read_in_one_module():
-    """torch.load (always weights_only=True) is nanorm/checkpoints.py's alone; tests and bench/
+    """torch.load (always weights_only=True) is nanorm/base/checkpoints.py's alone; tests and bench/
     may read what they wrote."""
     readers = []
     for f in project_files():
@@ -109,7 +97,7 @@ def test_torch_files_are_read_in_one_module():
             readers.append(module_name(f))
             for call in calls:
                 assert "weights_only=True" in ast.unparse(call), (f.name, ast.unparse(call))
-    assert readers == ["nanorm.checkpoints"], readers
+    assert readers == ["nanorm.base.checkpoints"], readers
 
 
 def test_imports_have_no_cycle():

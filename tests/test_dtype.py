@@ -14,7 +14,7 @@ import torch
 import nanorm.build
 from data.pairs import PairDataset, write_pairs
 from model import ModelConfig
-from nanorm import runtime
+from nanorm.base import runtime
 from nanorm.cache import FrozenCache, build, cache_key
 from reward import RewardModel
 

@@ -16,10 +16,10 @@ import eval_rm
 import nanorm.calibrate as calibrate
 import nanorm.report as report
 import train_rm
-from data import run as run_cli
 from data import sources
 from data.arith.prepare import main as prepare_arith
 from data.pairs import PairDataset, write_pairs
+from nanorm.base.errors import run as run_cli
 from reward import RewardModel
 from verifiable import gsm8k_reward
 
@@ -342,7 +342,7 @@ def test_bad_input_is_one_clear_line(trained, tmp_path, capsys, case):
         open(data, "w").write('{"prompt": "a", "chosen": "b", "rejected": "c"}\n')
     else:
         open(data, "w").write('{"text": "no pair here"}\n')
-    with pytest.raises(SystemExit) as e:  # as the command line runs it: data.run
+    with pytest.raises(SystemExit) as e:  # as the command line runs it: run
         run_cli(eval_rm.main, [str(a) for a in ("--ckpt", ckpt, "--data", data, "--out",
                                                 tmp_path / "ev")])  # fmt: skip
     assert e.value.code == 2

@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import pad, shared_path, tiny_model
 
-from nanorm.checkpoints import _unpermute
+from nanorm.base.checkpoints import _unpermute
 from nanorm.ckpt import checkpoint_tokenizer, save_checkpoint, tokenizer_files
 from nanorm.export_hf import permute_to_hf
 from reward import RewardModel

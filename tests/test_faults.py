@@ -1,7 +1,7 @@
 """What nanoRM does under faults and hostile files: a resume that would change the run, or go
 backwards; two runs in one --out_dir; a run whose weights stop being finite; checkpoint files
-and directories that claim sizes they do not hold. Each is one line (data.UsageError, printed
-by data.run with exit status 2), fast, and nothing kept is lost."""
+and directories that claim sizes they do not hold. Each is one line (UsageError, printed
+by run with exit status 2), fast, and nothing kept is lost."""
 
 import fcntl
 import json
@@ -19,8 +19,8 @@ from conftest import ROOT
 
 import nanorm.ckpt
 import train_rm
-from data import UsageError
 from data.arith.prepare import main as prepare_arith
+from nanorm.base.errors import UsageError
 from nanorm.ckpt import load_reward_model
 from reward import RewardModel
 

@@ -391,7 +391,7 @@ def test_bucketed_batches_give_the_unbucketed_losses(dataset):
 
 # ---------------------------------------------------------------- MFU and the benchmark's peer
 def test_estimate_mfu_by_hand():
-    from nanorm.runtime import estimate_mfu
+    from nanorm.base.runtime import estimate_mfu
 
     cfg = ModelConfig(dim=288, n_layers=6, n_heads=6, max_seq_len=256)  # head_dim 48
     N = 7_000_000

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-import nanorm.gguf_reader as gguf_reader
+import nanorm.base.gguf_reader as gguf_reader
 
 SMOL = (
     Path(__file__).resolve().parents[1].parent
@@ -166,7 +166,7 @@ def smol():
         pytest.skip(f"{SMOL} absent: this test needs the shared SmolLM2 GGUF file")
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("gguf", reason="transformers reads GGUF through the gguf package")
-    from nanorm.checkpoints import load_transformer
+    from nanorm.base.checkpoints import load_transformer
 
     t0 = time.perf_counter()
     kw, _ = gguf_reader.load_gguf_checkpoint(SMOL)

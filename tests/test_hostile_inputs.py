@@ -15,11 +15,11 @@ from types import SimpleNamespace
 import pytest
 from conftest import ROOT, shared_path
 
-import nanorm.gguf_reader as gguf_reader
-from data import UsageError
+import nanorm.base.gguf_reader as gguf_reader
 from data.prepare import main as prepare
 from data.rows import BadRowError, read_pairs
 from data.tokenizer import load_tokenizer
+from nanorm.base.errors import UsageError
 
 # ------------------------------------------------------------------------------------ rows
 GOOD = [
@@ -323,7 +323,7 @@ def tiny_llama(path, drop=(), **changes):
 
 
 def test_the_tiny_llama_loads(tmp_path):
-    from nanorm.checkpoints import load_transformer
+    from nanorm.base.checkpoints import load_transformer
 
     path = tiny_llama(tmp_path / "ok.gguf")
     kw, sd = gguf_reader.load_gguf_checkpoint(path)

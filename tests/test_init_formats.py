@@ -12,7 +12,7 @@ from conftest import shared_path, stories_arith
 import train_rm
 from data.arith.prepare import main as prepare_arith
 from model import ModelConfig, Transformer
-from nanorm.checkpoints import load_transformer
+from nanorm.base.checkpoints import load_transformer
 from nanorm.ckpt import load_reward_model
 
 SHAPE = dict(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, multiple_of=32)

@@ -1,4 +1,4 @@
-"""nanorm/checkpoints.py against what other code writes: ColossalChat's reward model (HF's
+"""nanorm/base/checkpoints.py against what other code writes: ColossalChat's reward model (HF's
 LlamaModel under "model." plus a Linear `value_head`, as its booster saves it), transformers'
 LlamaModel saved alone, the keywords ColossalChat passes on to from_pretrained, and a file with
 a tensor nothing reads. The references are transformers' own forwards on the same weights."""
@@ -9,8 +9,8 @@ import pytest
 import torch
 from conftest import shared_path, tiny_hf_config
 
-from data import UsageError
-from nanorm.checkpoints import load
+from nanorm.base.checkpoints import load
+from nanorm.base.errors import UsageError
 from nanorm.ckpt import load_reward_model
 from reward import LMRegularizedRewardModel, RewardModel
 

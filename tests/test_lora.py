@@ -12,7 +12,7 @@ from conftest import pad, shared_path
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from model import ModelConfig, Transformer
-from nanorm.checkpoints import load_transformer
+from nanorm.base.checkpoints import load_transformer
 from nanorm.lora import LoRALinear, add_lora, memory_report, memory_stats, merge_lora
 from reward import RewardModel, pairwise_loss
 

@@ -9,7 +9,7 @@ import torch
 from conftest import shared_path, tiny_hf_config
 
 from model import ModelConfig, Transformer
-from nanorm.checkpoints import load, load_transformer
+from nanorm.base.checkpoints import load, load_transformer
 
 # karpathy/llama2.c test_all.py expected_stdout: `run stories260K.bin -z tok512.bin -t 0.0 -n 200`
 STORIES260K_GREEDY = (

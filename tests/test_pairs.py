@@ -9,7 +9,6 @@ import pytest
 import torch
 from conftest import shared_path
 
-from data import UsageError
 from data.pairs import (
     PairDataset,
     balance_weights,
@@ -19,6 +18,7 @@ from data.pairs import (
     write_pairs,
 )
 from data.rows import BadRowError, read_pairs, split_conversation, split_dialogue
+from nanorm.base.errors import UsageError
 
 
 class CharTok:

@@ -8,10 +8,10 @@ import os
 import pytest
 from conftest import shared_path
 
-from data import UsageError
 from data.hh_rlhf.prepare import main as prepare
 from data.pairs import PairDataset
 from data.prepare import main as prepare_any
+from nanorm.base.errors import UsageError
 
 
 def hh_row(i, good, bad):

@@ -11,9 +11,10 @@ import torch
 import torch.nn.functional as F
 from conftest import tiny_model
 
+import critic
 from critic import gae
 from nanorm import rl
-from nanorm.checkpoints import load
+from nanorm.base.checkpoints import load
 
 
 def test_kl_penalty_rewards_closed_form():
@@ -23,7 +24,7 @@ def test_kl_penalty_rewards_closed_form():
     lengths = [5, 2, 1]
     mask = torch.arange(5) < torch.tensor(lengths)[:, None]
     score = torch.tensor([1.5, -2.0, 0.25])
-    got = rl.kl_penalty_rewards(logp, ref, mask, score, kl_coef=0.1)
+    got = critic.kl_penalty_rewards(logp, ref, mask, score, kl_coef=0.1)
     for b, n in enumerate(lengths):
         for t in range(5):
             want = -0.1 * (logp[b, t] - ref[b, t]) if t < n else 0.0
@@ -34,13 +35,15 @@ def test_kl_penalty_rewards_closed_form():
 def test_kl_penalty_sums_to_the_sequence_kl():
     """Summed over a sequence, the penalty is -coef times the sampled log-ratio, rl.jsonl's kl."""
     logp, ref = torch.log(torch.tensor([[0.5, 0.25]])), torch.log(torch.tensor([[0.25, 0.5]]))
-    r = rl.kl_penalty_rewards(logp, ref, torch.ones(1, 2, dtype=torch.bool), torch.zeros(1), 1.0)
+    r = critic.kl_penalty_rewards(
+        logp, ref, torch.ones(1, 2, dtype=torch.bool), torch.zeros(1), 1.0
+    )
     assert math.isclose(r.sum().item(), -(math.log(2) + math.log(0.5)), abs_tol=1e-6)
 
 
 def test_group_advantages_by_hand():
     r = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0])  # two groups of 4
-    got = rl.group_advantages(r, group=4, eps=0.0 + 1e-12)
+    got = critic.group_advantages(r, group=4, eps=0.0 + 1e-12)
     # group 1: mean 0.25, unbiased std sqrt(((0.75)^2 + 3 * 0.25^2) / 3) = 0.5
     assert torch.allclose(got[:4], torch.tensor([1.5, -0.5, -0.5, -0.5]), atol=1e-6)
     assert torch.equal(got[4:], torch.zeros(4))  # all right: nothing to learn
@@ -52,10 +55,10 @@ def test_clipped_policy_loss_at_known_ratios():
     old = torch.zeros(1, 4)
     logp = torch.log(torch.tensor([[1.5, 0.5, 0.5, 1.5]]))
     adv = torch.tensor([[1.0, 1.0, -1.0, -1.0]])
-    loss = rl.clipped_policy_loss(logp, old, adv, torch.ones(1, 4), clip_eps=0.2)
+    loss = critic.clipped_policy_loss(logp, old, adv, torch.ones(1, 4), clip_eps=0.2)
     assert math.isclose(loss.item(), -(1.2 + 0.5 - 0.8 - 1.5) / 4, abs_tol=1e-6)
     # a masked token counts for nothing
-    loss = rl.clipped_policy_loss(logp, old, adv, torch.tensor([[1, 0, 0, 0]]), clip_eps=0.2)
+    loss = critic.clipped_policy_loss(logp, old, adv, torch.tensor([[1, 0, 0, 0]]), clip_eps=0.2)
     assert math.isclose(loss.item(), -1.2, abs_tol=1e-6)
 
 
@@ -63,13 +66,13 @@ def test_k3_is_unbiased_for_the_kl():
     """E_{a ~ p}[exp(d) - d - 1], d = log q(a) - log p(a), equals KL(p || q) exactly."""
     g = torch.Generator().manual_seed(1)
     p, q = F.softmax(torch.randn(7, generator=g), -1), F.softmax(torch.randn(7, generator=g), -1)
-    expected = (p * rl.k3_kl(p.log(), q.log())).sum()
+    expected = (p * critic.k3_kl(p.log(), q.log())).sum()
     assert torch.allclose(expected, (p * (p / q).log()).sum(), atol=1e-6)
 
 
 def test_whitened_advantages_have_zero_mean_unit_variance_on_the_mask():
     x, mask = torch.randn(4, 6), torch.rand(4, 6) > 0.3
-    w = rl.whiten(x, mask)
+    w = critic.whiten(x, mask)
     assert abs(w[mask].mean().item()) < 1e-5 and abs(w[mask].var(unbiased=False).item() - 1) < 1e-4
     assert torch.equal(w[~mask], torch.zeros_like(w[~mask]))
 
@@ -103,7 +106,7 @@ def test_gae_on_kl_shaped_rewards_is_the_return_when_values_are_zero():
     score minus coef times the log-ratios from that token on."""
     logp, ref = torch.randn(2, 4), torch.randn(2, 4)
     mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]]).bool()
-    rewards = rl.kl_penalty_rewards(logp, ref, mask, torch.tensor([1.0, -1.0]), 0.05)
+    rewards = critic.kl_penalty_rewards(logp, ref, mask, torch.tensor([1.0, -1.0]), 0.05)
     adv, _ = gae(rewards, torch.zeros(2, 4), mask, gamma=1.0, lam=1.0)
     want = (rewards * mask).flip(1).cumsum(1).flip(1) * mask
     assert torch.allclose(adv, want, atol=1e-6)

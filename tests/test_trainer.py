@@ -14,9 +14,9 @@ from conftest import tiny_model
 from torch.utils.data import DataLoader
 
 import train_rm
-from data import UsageError
 from data.arith.prepare import main as prepare_arith
 from data.pairs import PairDataset, as_batch
+from nanorm.base.errors import UsageError
 from reward import LMRegularizedRewardModel, LogExpLoss, LogSigLoss, PairwiseLoss, RewardModel
 from train_rm import RewardModelTrainer
 

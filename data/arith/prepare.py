@@ -25,9 +25,10 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the project root
 
-from data import ArgumentParser, UsageError, run
 from data.pairs import encode_pair, length_heuristics, write_pairs
 from data.tokenizer import SentencePieceTokenizer, tokenizer_fingerprint, train_sentencepiece
+from nanorm.base.cli import ArgumentParser
+from nanorm.base.errors import UsageError, run
 from verifiable import gsm8k_reward
 
 QUESTIONS = ["What is {a} {op} {b}?", "Compute {a} {op} {b}.", "{a} {op} {b} = ?"]

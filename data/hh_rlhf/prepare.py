@@ -32,8 +32,10 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the project root
 
-from data import ArgumentParser, UsageError, atomic_write, run
 from data.prepare import add_arguments, check_arguments, find_sources, prepare
+from nanorm.base.cli import ArgumentParser
+from nanorm.base.errors import UsageError, run
+from nanorm.base.files import atomic_write
 
 SUBSETS = ("helpful-base", "harmless-base", "helpful-online", "helpful-rejection-sampled")
 URL = "https://huggingface.co/datasets/Anthropic/hh-rlhf/resolve/main/{subset}/{split}.jsonl.gz"

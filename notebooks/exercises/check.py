@@ -17,7 +17,7 @@ From Python (this is what tests/test_exercises.py does):
 Every exercise is compared with the function nanoRM itself uses, never with a second copy of
 the answer: reward.last_real_index, reward.pairwise_loss, model.apply_rope, critic.gae,
 verifiable.extract_boxed, critic.value_loss, reward.py's LM-regularized loss (its pieces) and
-verifiable.gsm8k_reward, rl.kl_penalty_rewards; gradient accumulation (ex8) is compared with one big batch's
+verifiable.gsm8k_reward, critic.kl_penalty_rewards; gradient accumulation (ex8) is compared with one big batch's
 gradients, and its no_sync with a stand-in for DDP (FakeDDP) that records each call. So a solution may not reach
 those files, nanorm or the solutions/ folder by any route: while the student's function runs,
 the checker watches every Python function it calls (sys.setprofile), and one defined in
@@ -52,7 +52,6 @@ import torch.nn.functional as F  # noqa: E402
 import critic  # noqa: E402
 import model  # noqa: E402
 import reward  # noqa: E402
-from nanorm import rl  # noqa: E402
 import verifiable  # noqa: E402
 
 SEEDS = range(6)  # every randomized check runs on several seeds
@@ -1190,7 +1189,7 @@ def check_kl_penalty(mod):
     n = 0
     for what, (logp, ref, mask, score, coef) in _kl_cases():
         n += 1
-        want = rl.kl_penalty_rewards(logp, ref, mask.bool(), score, coef)
+        want = critic.kl_penalty_rewards(logp, ref, mask.bool(), score, coef)
         got = _tensor(_call(fn, logp, ref, mask, score, coef), "the rewards", want.shape)
         if _close(got, want):
             continue

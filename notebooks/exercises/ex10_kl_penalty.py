@@ -13,7 +13,7 @@ the whole response, whose mean over samples is the KL to the reference. GAE (exe
 spreads these rewards back over the tokens.
 
 Fill in `kl_penalty_rewards`, then run:  python notebooks/exercises/check.py ex10
-nanoRM's version is rl.kl_penalty_rewards; read it only after your own passes.
+nanoRM's version is critic.kl_penalty_rewards; read it only after your own passes.
 """
 
 import torch

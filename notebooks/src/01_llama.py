@@ -31,7 +31,7 @@ import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 
-from nanorm.checkpoints import load_transformer
+from nanorm.base.checkpoints import load_transformer
 from data.tokenizer import load_tokenizer
 from model import padding_mask
 from model import (

@@ -77,7 +77,7 @@ gold = extract_gsm8k(item["answer"])
 
 # %% [markdown]
 # A model's response is not in GSM8K's format, so `extract_answer` looks for a final-answer
-# mark (`nanorm/algebra/extract.py`'s docstring has the whole order). It reads inside the last
+# mark (`nanorm/base/algebra/extract.py`'s docstring has the whole order). It reads inside the last
 # `<answer>...</answer>` block when there is one, and there takes the first that is found of:
 # the last `\boxed{...}`, then `#### x`, then what follows the last "the answer is" (or
 # "Answer:"), then a concluding sentence ("Thus he spent $58 in all."). One exception: an

@@ -43,7 +43,7 @@ import reward
 import train_rm
 from data.arith.prepare import built_in
 from model import ModelConfig, Transformer
-from nanorm.checkpoints import load as read_checkpoint
+from nanorm.base.checkpoints import load as read_checkpoint
 from reward import LogSigLoss, RewardModel
 from train_rm import MODELS, RewardModelTrainer
 

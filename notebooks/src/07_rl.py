@@ -36,7 +36,7 @@ import matplotlib.pyplot as plt
 import torch
 
 from nanorm import rl
-from critic import Critic, gae, response_values, value_loss
+from critic import Critic, clipped_policy_loss, gae, kl_penalty_rewards, response_values, value_loss, whiten
 
 plt.rcParams.update({"figure.dpi": 72, "savefig.dpi": 72, "font.size": 9})
 torch.set_num_threads(1)  # a 0.2M-parameter model gains nothing from threads; kind to a shared CPU
@@ -105,7 +105,7 @@ print(f"\nsampled: {gold.mean():.2f} right; greedy: {sum(greedy_right) / 8:.2f} 
 #
 # PPO does not hand the score alone to the policy: every token pays for moving away from the
 # **reference** (the frozen SFT policy), `-kl_coef * (log pi - log pi_ref)`, and the last
-# token also gets the score (`rl.kl_penalty_rewards`, exercise 10). Summed over a response the
+# token also gets the score (`kl_penalty_rewards` in critic.py, exercise 10). Summed over a response the
 # penalty is `-kl_coef` times the sampled log-ratio, whose mean is the KL to the reference in
 # nats: the `kl` column of `rl.jsonl`.
 #
@@ -116,7 +116,7 @@ reference = copy.deepcopy(policy).eval()
 with torch.no_grad():
     old_logp = rl.token_logprobs(policy, seq, mask, P)
     ref_logp = rl.token_logprobs(reference, seq, mask, P)
-rewards = rl.kl_penalty_rewards(old_logp, ref_logp, resp_mask, score, kl_coef=0.05)
+rewards = kl_penalty_rewards(old_logp, ref_logp, resp_mask, score, kl_coef=0.05)
 kl = ((old_logp - ref_logp) * resp_mask).sum(1)
 print("KL per sequence:", [round(v, 3) for v in kl.tolist()])
 print("row 0's rewards:", [round(v, 3) for v in rewards[0].tolist()])
@@ -163,7 +163,7 @@ critic_opt = torch.optim.AdamW(critic.parameters(), lr=1e-3)
 policy.train()
 logp = rl.token_logprobs(policy, seq, mask, P)
 ratio = (logp - old_logp).exp()
-loss = rl.clipped_policy_loss(logp, old_logp, rl.whiten(adv, resp_mask), resp_mask, 0.2)
+loss = clipped_policy_loss(logp, old_logp, whiten(adv, resp_mask), resp_mask, 0.2)
 print(f"ratios in [{ratio[resp_mask].min():.3f}, {ratio[resp_mask].max():.3f}], policy loss {loss.item():+.4f}")
 policy_opt.zero_grad()
 loss.backward()

@@ -3,7 +3,7 @@ Solution to exercise 10: PPO's per-token rewards (KL penalty plus the score at t
 
 For teachers: hand this out after the class. Check it with:
     python notebooks/exercises/check.py --solutions ex10
-nanoRM's version is rl.kl_penalty_rewards.
+nanoRM's version is critic.kl_penalty_rewards.
 """
 
 import torch

@@ -14,7 +14,7 @@ sgn(b) sqrt((a-d)/2) when d^2 = a^2 - b^2 r is a rational square (\\sqrt{3+2\\sq
 from fractions import Fraction
 from math import isqrt
 
-from nanorm.algebra.values import (
+from nanorm.base.algebra.values import (
     MAX_BITS,
     MAX_EXPONENT,
     MAX_TERMS,

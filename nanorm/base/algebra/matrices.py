@@ -12,13 +12,13 @@ determinant, a shape mismatch) is no matrix key, and the answer goes to exact.ke
 Matrices can be the items of a tuple, list or set ("(\\begin{pmatrix}..\\end{pmatrix}, 5)", a
 list of vectors): each item is read as above (Math-Verify compares such a tuple as a string).
 
-    from nanorm.algebra.matrices import key     # exact.key, with matrices read first
+    from nanorm.base.algebra.matrices import key     # exact.key, with matrices read first
 """
 
 import re
 
-from nanorm.algebra.exact import MAX_TERMS, _frozen, _mul, _value
-from nanorm.algebra.exact import key as exact_key
+from nanorm.base.algebra.exact import MAX_TERMS, _frozen, _mul, _value
+from nanorm.base.algebra.exact import key as exact_key
 
 MAX_SIDE = 16  # rows or columns; bigger literals are compared as strings
 MAX_POWER = 16

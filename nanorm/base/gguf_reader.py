@@ -34,7 +34,9 @@ architecture becomes a checkpoint.
 """
 
 if __name__ == "__main__" and not __package__:  # run as a file, the project root is not on the path
-    raise SystemExit(f"{__file__} is part of the nanorm library: run python -m nanorm.gguf_reader")
+    raise SystemExit(
+        f"{__file__} is part of the nanorm library: run python -m nanorm.base.gguf_reader"
+    )
 
 import math
 import os
@@ -46,7 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from data import UsageError
+from nanorm.base.errors import UsageError
 
 # ggml type id -> (name, values per block, bytes per block), from gguf-py's GGML_QUANT_SIZES
 GGML_TYPES = {

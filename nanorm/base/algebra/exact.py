@@ -28,14 +28,14 @@ or it is linear in one symbol.
 import re
 from fractions import Fraction
 
-from nanorm.algebra.brackets import split_top, wraps  # noqa: F401 (re-exported: verifiable.py imports them)
-from nanorm.algebra.integers import binomial, factorial, rounded
-from nanorm.algebra.intervals import difference, union
-from nanorm.algebra.logs import logarithm
-from nanorm.algebra.polynomials import quotient
-from nanorm.algebra.roots import MAX_ROOT, power, square_root
-from nanorm.algebra.trig import _INVERSE, _function, _pythagoras
-from nanorm.algebra.values import (  # noqa: F401 (re-exported: matrices.py imports them from here)
+from nanorm.base.algebra.brackets import split_top, wraps  # noqa: F401 (re-exported: verifiable.py imports them)
+from nanorm.base.algebra.integers import binomial, factorial, rounded
+from nanorm.base.algebra.intervals import difference, union
+from nanorm.base.algebra.logs import logarithm
+from nanorm.base.algebra.polynomials import quotient
+from nanorm.base.algebra.roots import MAX_ROOT, power, square_root
+from nanorm.base.algebra.trig import _INVERSE, _function, _pythagoras
+from nanorm.base.algebra.values import (  # noqa: F401 (re-exported: matrices.py imports them from here)
     MAX_BITS,
     MAX_DEPTH,
     MAX_EXPONENT,

@@ -8,8 +8,8 @@ subscript: x, p, x_1, a_{12}.
 
 import re
 
-from nanorm.algebra.brackets import split_top, wraps
-from nanorm.algebra.matrices import key
+from nanorm.base.algebra.brackets import split_top, wraps
+from nanorm.base.algebra.matrices import key
 
 _NAME = re.compile(r"[a-zA-Z](?:_\{?[0-9a-zA-Z]{1,3}\}?)?")  # a variable: x, p, x_1, a_{12}
 

@@ -1,7 +1,7 @@
 """
 A command line's options and files: a script's options are one dataclass whose fields say their
 default, help and check (`opt`); `parse_config` turns it into argparse options and checks every
-value, so a wrong one is one line naming the option (data.UsageError, printed by data.run).
+value, so a wrong one is one line naming the option (UsageError, printed by run).
 `check_device` refuses a device this machine does not have.
 """
 
@@ -11,7 +11,7 @@ from dataclasses import MISSING, field, fields
 
 import torch
 
-from data import ArgumentParser, UsageError
+from nanorm.base.errors import UsageError
 
 
 def boolean(text):
@@ -20,6 +20,13 @@ def boolean(text):
     if text.lower() not in value:
         raise argparse.ArgumentTypeError(f"expected true/false, 1/0 or yes/no, got {text!r}")
     return value[text.lower()]
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, with an error as one line like every other failure (--help shows the usage)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 # ----------------------------------------------------------------------------- options

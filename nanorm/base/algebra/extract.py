@@ -1,7 +1,7 @@
 """
 Answer extraction: which part of a response is its final answer, in pure Python.
 
-    from nanorm.algebra.extract import extract_answer
+    from nanorm.base.algebra.extract import extract_answer
     extract_answer(r"... so the area is \\boxed{\\frac{3}{4}}.")   # -> "\\frac{3}{4}"
 
 verifiable.py compares what this returns with the reference; this file only finds it. It is

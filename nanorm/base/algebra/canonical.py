@@ -45,11 +45,11 @@ What the algebra leaves out is listed in exact.py.
 import re
 from functools import lru_cache
 
-from nanorm.algebra.exact import split_top, wraps
-from nanorm.algebra.matrices import key
-from nanorm.algebra.named import solutions
-from nanorm.algebra.spellings import respell
-from nanorm.algebra.units import COMMAND, attached, drop_text_unit, drop_words
+from nanorm.base.algebra.exact import split_top, wraps
+from nanorm.base.algebra.matrices import key
+from nanorm.base.algebra.named import solutions
+from nanorm.base.algebra.spellings import respell
+from nanorm.base.algebra.units import COMMAND, attached, drop_text_unit, drop_words
 
 _TEXT_CMDS = r"text|textbf|textit|textrm|textnormal|mathrm|mathbf|mathit|mbox"
 _TEXT_SPLIT = re.compile(r"(\\(?:" + _TEXT_CMDS + r")\s*\{|\\.|[{}])", re.S)

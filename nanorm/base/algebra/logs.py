@@ -13,8 +13,8 @@ the same on both sides, so the work is bounded.
 
 from fractions import Fraction
 
-from nanorm.algebra.roots import integer_power, power
-from nanorm.algebra.values import _inverse, _mul, _opaque
+from nanorm.base.algebra.roots import integer_power, power
+from nanorm.base.algebra.values import _inverse, _mul, _opaque
 
 MAX_TRIAL = 1000
 E = {(1, (("e", 1),)): 1}

@@ -45,8 +45,8 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from data import UsageError
 from model import ModelConfig, Transformer, rope_frequencies
+from nanorm.base.errors import UsageError
 
 
 @dataclass
@@ -134,7 +134,7 @@ def _load(path, override, dtype):
     elif os.path.isdir(path):
         fmt, (config, sd, heads, head, record) = "hf", _read_hf(path, override)
     elif path.endswith(".gguf"):
-        from nanorm.gguf_reader import load_gguf_checkpoint  # the GGUF format, for its file
+        from nanorm.base.gguf_reader import load_gguf_checkpoint  # the GGUF format, for its file
 
         fmt, (config, sd), heads, head = "gguf", load_gguf_checkpoint(path), {}, "random"
     elif _is_torch_file(path):

@@ -18,8 +18,8 @@ from dataclasses import dataclass, replace
 import torch
 import torch.distributed as dist
 
-from data import UsageError
-from nanorm.cli import check_device
+from nanorm.base.cli import check_device
+from nanorm.base.errors import UsageError
 
 
 @dataclass
@@ -137,7 +137,7 @@ def setup_processes(cfg):
 
 
 class Diverged(UsageError, FloatingPointError):
-    """A run whose loss or weights stopped being finite: one line (data.run prints it), as
+    """A run whose loss or weights stopped being finite: one line (run prints it), as
     every expected failure."""
 
 

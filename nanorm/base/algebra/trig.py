@@ -13,7 +13,15 @@ angles (cos(pi/8) is not the surd of a surd).
 
 from fractions import Fraction
 
-from nanorm.algebra.values import MAX_DEPTH, MAX_TERMS, _frozen, _inverse, _mul, _NoValue, _opaque
+from nanorm.base.algebra.values import (
+    MAX_DEPTH,
+    MAX_TERMS,
+    _frozen,
+    _inverse,
+    _mul,
+    _NoValue,
+    _opaque,
+)
 
 _QUOTIENT = {"\\tan": ("\\sin", "\\cos"), "\\cot": ("\\cos", "\\sin"), "\\sec": (None, "\\cos"),
              "\\csc": (None, "\\sin")}  # fmt: skip

@@ -10,7 +10,7 @@ bounded by the degrees); any other quotient is n * _reciprocal(d), as before.
 
 from fractions import Fraction
 
-from nanorm.algebra.values import MAX_BITS, _bits, _mul, _NoValue, _reciprocal
+from nanorm.base.algebra.values import MAX_BITS, _bits, _mul, _NoValue, _reciprocal
 
 MAX_DEGREE = 12
 

@@ -12,7 +12,7 @@ Comparisons are exact: sqrt(r) against a rational by squares.
 from fractions import Fraction
 from math import comb, floor, isqrt, prod
 
-from nanorm.algebra.values import _const, _mul, _NoValue, _opaque
+from nanorm.base.algebra.values import _const, _mul, _NoValue, _opaque
 
 MAX_FACTORIAL = 300  # 300! has about 2000 bits
 MAX_N = 1000
