@@ -363,9 +363,14 @@ class Transformer(nn.Module):
         top_k=None,
         attention_mask=None,
         use_cache=True,
+        eos_id=None,
+        pad_id=None,
     ):
-        """Append max_new_tokens sampled tokens to tokens (B, T); temperature 0 is greedy.
-        Batched prompts must be left-padded (new tokens go at the right end)."""
+        """Append up to max_new_tokens sampled tokens to tokens (B, T); temperature 0 is greedy.
+        Batched prompts must be left-padded (new tokens go at the right end). With eos_id, a row
+        stops at its first eos_id: every later column of it is pad_id (eos_id if None), and the
+        loop ends once every row has stopped, as transformers' generate does; a row's answer is
+        what comes before its first eos_id."""
         B, T = tokens.shape
         if attention_mask is None:
             attention_mask = torch.ones_like(tokens, dtype=torch.bool)
@@ -382,6 +387,7 @@ class Transformer(nn.Module):
             KVCache(self.config, B, T + max_new_tokens, tokens.device, dtype) if use_cache else None
         )
         step_in = tokens
+        stopped = torch.zeros(B, 1, dtype=torch.bool, device=tokens.device)
         for _ in range(max_new_tokens):
             if use_cache:  # feed only what the cache has not seen; the mask covers all of it
                 logits = self(step_in, mask, kv_cache=kv_cache)[:, -1, :]
@@ -395,9 +401,14 @@ class Transformer(nn.Module):
                     v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
                     logits[logits < v[:, [-1]]] = -float("inf")
                 next_tok = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)
+            if eos_id is not None:
+                next_tok = next_tok.masked_fill(stopped, eos_id if pad_id is None else pad_id)
+                stopped = stopped | (next_tok == eos_id)
             tokens = torch.cat((tokens, next_tok), dim=1)
             mask = torch.cat((mask, torch.ones_like(next_tok, dtype=torch.bool)), dim=1)
             step_in = next_tok
+            if stopped.all():
+                break
         return tokens
 
 

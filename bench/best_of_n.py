@@ -47,9 +47,10 @@ def answers(policy, tok, fmt, question, k, max_new_tokens, temperature, ctx):
     end-of-turn token], [whether the model ended it itself])."""
     prompt = fmt.prompt_ids(tok, question + ASK)
     x = torch.tensor([prompt] * k)
-    with ctx, torch.no_grad():
-        out = policy.generate(x, max_new_tokens, temperature=temperature)[:, len(prompt) :]
     end, responses, finished = fmt.end_id(tok), [], []
+    with ctx, torch.no_grad():
+        out = policy.generate(x, max_new_tokens, temperature=temperature, eos_id=end)
+    out = out[:, len(prompt) :]
     for row in out.tolist():
         done = end in row
         responses.append(row[: row.index(end) + 1] if done else row + [end])

@@ -213,7 +213,14 @@ def rollout(policy, prompts, args, pad_id, eos_id):
     left-padded width) and the response mask (B, R): 1 up to and including the first EOS."""
     tokens, mask = left_pad(prompts, pad_id)  # (B, P)
     P = tokens.size(1)
-    out = policy.generate(tokens, args.max_new_tokens, args.temperature, attention_mask=mask)
+    out = policy.generate(
+        tokens,
+        args.max_new_tokens,
+        args.temperature,
+        attention_mask=mask,
+        eos_id=eos_id,
+        pad_id=pad_id,
+    )
     response = out[:, P:]  # (B, R)
     eos = (response == eos_id).long()
     resp_mask = (eos.cumsum(1) - eos) == 0  # not past the first EOS

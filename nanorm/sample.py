@@ -74,7 +74,7 @@ def main(argv=None):
     n_params = sum(p.numel() for p in model.parameters())
     print(f"{n_params:,} parameters; config {asdict(model.config)}")
     ids = torch.tensor([tok.encode(args.prompt, bos=True)])
-    out = model.generate(ids, args.max_new_tokens, args.temperature, args.top_k)
+    out = model.generate(ids, args.max_new_tokens, args.temperature, args.top_k, eos_id=tok.eos_id)
     print(tok.decode(out[0].tolist()))
 
 

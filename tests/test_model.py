@@ -77,6 +77,25 @@ def test_hf_parity(tmp_path, case):
     assert torch.equal(ours.generate(x[:1, :10], 12), g_ref)
 
 
+def test_generation_stops_at_eos_as_transformers_does(tmp_path):
+    """A row stops at its first end-of-sequence token: the rest of it is padding, and the loop
+    ends when every row has stopped; transformers' generate on the same weights is the reference."""
+    hf = make_hf(tmp_path, "gqa-tied")
+    ours = load_transformer(tmp_path)
+    torch.manual_seed(1)
+    x = torch.randint(0, 101, (3, 10))
+    free = ours.generate(x, 12)[:, 10:]  # no eos: 12 tokens each
+    eos = free[0, 4].item()  # a token row 0 emits at its 5th step: row 0 stops there
+    first = [(r == eos).nonzero()[0, 0].item() if (r == eos).any() else 12 for r in free]
+    got = ours.generate(x, 12, eos_id=eos, pad_id=100)
+    ref = hf.generate(x, max_new_tokens=12, do_sample=False, eos_token_id=eos, pad_token_id=100)
+    assert torch.equal(got, ref)
+    assert got.size(1) - 10 == min(max(first) + 1, 12)  # ends once the last row has stopped
+    for row, free_row, n in zip(got[:, 10:], free, first, strict=True):
+        assert torch.equal(row[: n + 1], free_row[: n + 1])  # the same answer, up to its eos
+        assert (row[n + 1 :] == 100).all()  # then padding
+
+
 def test_hf_formats_sharded_and_bin(tmp_path):
     """The same HF weights as two safetensors shards with an index, and as pytorch_model.bin."""
     from safetensors.torch import save_file
