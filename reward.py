@@ -32,6 +32,7 @@ from torch.utils.checkpoint import checkpoint
 from data.pairs import packed_attention_mask, packed_block_mask, right_pad
 from model import ModelConfig, Transformer
 from nanorm.base.checkpoints import Checkpoint, load, model_config
+from nanorm.base.compat import LLMBOOK_ARGS, from_pretrained_dtype, is_llmbook_call, llmbook_inputs
 from nanorm.base.errors import UsageError
 
 LOSSES = ("logsig", "logexp", "bce")
@@ -130,6 +131,7 @@ class PairwiseLoss(nn.Module):
     implementation: the module calls pairwise_loss."""
 
     kind = "logsig"
+    reduction = "mean"  # a scalar, as torch's loss modules say it
 
     def __init__(self, kind=None, margin=None, center_coef=0.0):
         super().__init__()
@@ -247,13 +249,7 @@ class ScalarHeadModel(nn.Module):
         (use_flash_attention_2, ...) is refused by name: nothing here would honour it. A hub name
         is not read: download it first (huggingface-cli download NAME --local-dir DIR)."""
         super().__init__()
-        dtype = kwargs.pop("dtype", None) if torch_dtype is None else torch_dtype
-        if kwargs:
-            name = next(iter(kwargs))
-            raise UsageError(
-                f"{type(self).__name__}({name}=...): not honoured by nanoRM's models (they take "
-                "backbone, pretrained, config and torch_dtype): leave it out"
-            )
+        dtype = from_pretrained_dtype(type(self).__name__, torch_dtype, kwargs)
         if isinstance(backbone, (str, os.PathLike, Checkpoint)):
             backbone, pretrained = None, backbone
         elif backbone is not None and not isinstance(backbone, Transformer):
@@ -505,50 +501,20 @@ class LMRegularizedRewardModel(RewardModel):
     def forward(self, input_ids=None, attention_mask=None, *book_args, **kwargs):
         """RewardModel's rewards (B,); called with LLMBook's arguments (positional, or the
         keywords sent1_idx, ...), the book's combined loss, a scalar (llmbook_loss)."""
-        if book_args or "sent1_idx" in kwargs:
+        if is_llmbook_call(book_args, kwargs):
             args = (input_ids, attention_mask, *book_args) if input_ids is not None else ()
             return self.llmbook_loss(*args, **kwargs)[0]
         return super().forward(input_ids, attention_mask)
 
-    def llmbook_loss(
-        self,
-        sent1_idx,
-        attention_mask_1,
-        sent2_idx,
-        attention_mask_2,
-        labels,
-        prompt_ids,
-        lm_attn_mask,
-        response_ids,
-        lm_coef=1.0,
-        **kwargs,
-    ):
+    def llmbook_loss(self, *args, lm_coef=1.0, **kwargs):
         """(loss, stats) from LLMBook's LlamaRewardModel.forward(sent1_idx, attention_mask_1,
         sent2_idx, attention_mask_2, labels, prompt_ids, lm_attn_mask, response_ids), which
-        returns rm_loss + lm_loss:
-            sent1_idx, attention_mask_1   the chosen rows (B, T1) and their mask
-            sent2_idx, attention_mask_2   the rejected rows (B, T2) and their mask
-            labels (B,)   which sentence people preferred: 0 = sent1, 1 = sent2 (soft in
-                          between); (B, T), one value per row, as the book's example passes. The book's data is all 0, sent1 the chosen, and is accepted
-                          as it meant it: the book's BCE(r1 - r2, labels) with 0 trains towards
-                          sent2, the rejected; here the target is 1 - labels.
-            prompt_ids, lm_attn_mask      the rows (B, T) the LM term reads, and their mask
-            response_ids (B, T)  prompt_ids with -100 outside the response (Hugging Face's
-                          labels): response_ids[t + 1] is predicted from the state at t (the
-                          book predicts response_ids[t] from position t, an identity copy).
-        Rewards are pooled at each row's last real token (the book scores every position).
-        Other keywords (the Trainer's) are ignored."""
-        labels = labels.float()
-        if labels.dim() == 2:  # the book's example passes zeros (B, T): one value per row
-            if not torch.equal(labels, labels[:, :1].expand_as(labels)):
-                raise ValueError("labels (B, T) must hold one value per row (which sentence won)")
-            labels = labels[:, 0]
-        if labels.shape != (sent1_idx.size(0),):
-            raise ValueError(f"labels must be (B,) or (B, T), got {tuple(labels.shape)}")
-        prefer = lambda r_c, r_r: pairwise_loss("bce", r_c, r_r, labels=1 - labels)
-        response = (response_ids != -100) & (lm_attn_mask != 0)  # (B, T)
-        lm_rows = (prompt_ids, lm_attn_mask, response_ids, response)
-        pair = (sent1_idx, attention_mask_1, sent2_idx, attention_mask_2)
+        returns rm_loss + lm_loss (nanorm/base/compat.py: llmbook_inputs says how each argument
+        is read). Rewards are pooled at each row's last real token (the book scores every
+        position). Other keywords (the Trainer's) are ignored."""
+        book = {k: kwargs.pop(k) for k in LLMBOOK_ARGS[len(args) :] if k in kwargs}
+        pair, lm_rows, target = llmbook_inputs(*args, **book)
+        prefer = lambda r_c, r_r: pairwise_loss("bce", r_c, r_r, labels=target)
         return self.rm_and_lm_loss(*pair, lm_rows, lm_coef, prefer)
 
     def loss_packed(self, *args, **kwargs):

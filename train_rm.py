@@ -16,10 +16,9 @@ and only rank 0 writes. Output in --out_dir: ckpt.pt (written atomically), log.j
 and eval_rm.py's report of the final evaluation: eval.json and the reward plots.
 
 Here: the options, the schedule, the step DDP wraps, and the loop (RewardModelTrainer.fit,
-ColossalChat's trainer). In the library: the data, model and optimizer the flags build
-(nanorm/build.py), the sampler of each step's micro-batches (data/pairs.py), the processes
-(nanorm/base/runtime.py), the run's folder, lock and log (nanorm/run_dir.py), ckpt.pt (nanorm/ckpt.py),
-the evaluation (eval_rm.evaluate) and its report (nanorm/report.py).
+ColossalChat's trainer). In the library: what the flags build (nanorm/build.py), each step's
+micro-batches (data/pairs.py), the processes (nanorm/base/runtime.py), the run's folder, lock and
+log (nanorm/run_dir.py), ckpt.pt (nanorm/ckpt.py), the evaluation (eval_rm.py) and its report.
 
 Simplified on purpose: no mixed fp16 (bf16 needs no loss scaling); a single fixed train/val split
 from the prepare script; the cache is built by rank 0 alone.
@@ -40,13 +39,12 @@ from eval_rm import evaluate, fit_calibration
 from nanorm import run_dir
 from nanorm.base import runtime
 from nanorm.base.cli import AT_LEAST_1, NON_NEGATIVE, POSITIVE, one_of, opt, parse_config
+from nanorm.base.compat import colossalai_note, mean_loss
 from nanorm.base.errors import UsageError, run
 from nanorm.build import MODELS, build_model, load_data, make_optimizer, model_options, open_caches
 from nanorm.ckpt import resume_run, save_training_checkpoint
 from nanorm.report import write_run_report
 from reward import LOSSES, LogSigLoss, PairwiseLoss
-
-DTYPES = ("auto", "float32", "bfloat16")
 
 
 @dataclass
@@ -75,7 +73,11 @@ class TrainConfig:
     grad_clip: float = opt(1.0, "clip the global gradient norm to this (0: off)", NON_NEGATIVE)
     seed: int = opt(1337, "seeds the initial weights and the data order")
     device: str = opt("auto", "auto, cpu, cuda, cuda:1, mps (checked by cli.check_device)")
-    dtype: str = opt("auto", "auto: bf16 where it pays (runtime.auto_dtype)", one_of(*DTYPES))
+    dtype: str = opt(
+        "auto",
+        "auto: bf16 where it pays (runtime.auto_dtype)",
+        one_of("auto", "float32", "bfloat16"),
+    )
     compile: bool = opt(False, "torch.compile the training step (faster on GPU, slow to start)")
     pack: bool = opt(False, "shared-prompt packing: [prompt|chosen|rejected] in one row (plain RM)")
     bucket: bool = opt(False, "length-bucketed batches: less padding, a less random order")
@@ -122,11 +124,9 @@ def get_lr(step, cfg):
 
 # ----------------------------------------------------------------------------- one micro-step
 class PairObjective(nn.Module):
-    """What DDP wraps: it syncs gradients only for work done inside a module's forward(). The
-    objective is the model's own loss(): the pairwise loss loss_fn, plus the LM term of the
-    LM-regularized model, ODIN's length terms or the gate's (options: lm_coef, length_coef,
-    gate_coef); groups=True passes each pair's subset. -> {objective: what backward sees,
-    rm_loss: the pairwise loss alone (evaluate's), r_chosen, r_rejected, the model's terms}."""
+    """What DDP wraps (it syncs gradients only for work inside a module's forward()): the model's
+    own loss(), loss_fn plus the LM term, ODIN's or the gate's (options); groups: each pair's
+    subset. -> {objective: what backward sees, rm_loss, r_chosen, r_rejected, the terms}."""
 
     def __init__(self, rm, loss_fn, options=None, pack=False, groups=False):
         super().__init__()
@@ -145,14 +145,6 @@ class PairObjective(nn.Module):
         return dict(stats, objective=objective)
 
 
-def mean_loss(loss_fn):
-    """ColossalChat's trainer takes loss_fn(chosen_reward, reject_reward).mean(): a loss_fn that
-    returns one loss per pair trains on their mean here too."""
-    if loss_fn is None or isinstance(loss_fn, PairwiseLoss):
-        return loss_fn
-    return lambda r_chosen, r_rejected, **kw: loss_fn(r_chosen, r_rejected, **kw).mean()
-
-
 # ----------------------------------------------------------------------------- the trainer
 class RewardModelTrainer:
     """ColossalChat's RewardModelTrainer, its signature and contract, and the one loop `python
@@ -161,30 +153,50 @@ class RewardModelTrainer:
     save_interval: save_dir/ckpt-<step>.pt beside the resumable ckpt.pt; each epoch's evaluation
     in save_dir/eval_result_epoch<N>.txt; every training row (the mean of log_interval steps, or
     of an epoch's last) and evaluation in log.jsonl, TensorBoard (log_dir), W&B (use_wandb).
-    ColossalAI's booster, plugin and coordinator do no work here: torchrun is the plugin (DDP;
-    --fsdp shards). nanoRM's keywords: max_steps, grad_clip, log_interval, eval_interval (0: at
-    each epoch's end), and a train_rm.py run's config, proc, meta, start_step, val_cache."""
+    ColossalAI's booster, plugin and coordinator do no work here (nanorm/base/compat.py says what
+    stands in for them). nanoRM's keywords: log_interval (steps a training row averages), and a
+    train_rm.py run's config (its max_iters, grad_clip, log and eval intervals; without it the
+    gradient norm is clipped to 1.0 and the evaluation runs at each epoch's end), proc, meta,
+    start_step, val_cache."""
 
-    # fmt: off
-    def __init__(self, model, booster=None, optimizer=None, plugin=None, lr_scheduler=None,
-                 tokenizer=None, loss_fn=None, max_epochs=1, beta=0.1, accumulation_steps=1,
-                 start_epoch=0, save_interval=0, save_dir=None, coordinator=None, *,
-                 max_steps=None, grad_clip=1.0, log_interval=25, eval_interval=0,
-                 config=None, proc=None, meta=None, start_step=0, val_cache=None):
-        # fmt: on
+    def __init__(
+        self,
+        model,
+        booster=None,
+        optimizer=None,
+        plugin=None,
+        lr_scheduler=None,
+        tokenizer=None,
+        loss_fn=None,
+        max_epochs=1,
+        beta=0.1,
+        accumulation_steps=1,
+        start_epoch=0,
+        save_interval=0,
+        save_dir=None,
+        coordinator=None,
+        *,
+        log_interval=1,
+        config=None,
+        proc=None,
+        meta=None,
+        start_step=0,
+        val_cache=None,
+    ):
         if optimizer is None:
             raise UsageError("RewardModelTrainer needs an optimizer (optimizer=...)")
         if save_interval and not save_dir:
             raise UsageError("save_interval writes save_dir/ckpt-<step>.pt: give a save_dir")
-        if booster is not None:  # ColossalAI's; here the model and optimizer are used as given
-            print("note: booster is not used: run under torchrun for DDP (train_rm.py --fsdp)")
+        colossalai_note(booster, plugin, coordinator)  # what stands in for them here
         self.model, self.optimizer, self.lr_scheduler = model, optimizer, lr_scheduler
         self.tokenizer, self.coordinator = tokenizer, coordinator  # ckpt.pt carries meta's
         self.loss_fn = mean_loss(LogSigLoss(beta=beta) if loss_fn is None else loss_fn)
         self.max_epochs, self.accumulation_steps = max_epochs, accumulation_steps
         self.start_epoch, self.save_interval, self.save_dir = start_epoch, save_interval, save_dir
-        self.max_steps, self.step, self.grad_clip = max_steps, start_step, grad_clip
-        self.log_interval, self.eval_interval = log_interval, eval_interval
+        c, self.step = config, start_step  # a train_rm.py run's loop comes from its options
+        self.max_steps, self.grad_clip = (c.max_iters, c.grad_clip) if c else (None, 1.0)
+        self.log_interval = c.log_interval if c else log_interval
+        self.eval_interval = c.eval_interval if c else 0  # 0: at each epoch's end
         self.config, self.meta, self.val_cache = config, meta, val_cache
         self.fsdp = bool(config and config.fsdp)
         self.proc = proc or runtime.single_process(model)
@@ -206,10 +218,13 @@ class RewardModelTrainer:
 
             self.no_sync = lambda: no_sync(model)
 
-    # fmt: off
-    def fit(self, train_preference_dataloader, eval_preference_dataloader=None, log_dir=None,
-            use_wandb=False):
-        # fmt: on
+    def fit(
+        self,
+        train_preference_dataloader,
+        eval_preference_dataloader=None,
+        log_dir=None,
+        use_wandb=False,
+    ):
         """Train for max_epochs (or up to max_steps), evaluating and saving at each
         eval_interval and each epoch's end; returns the last evaluation's metrics."""
         proc, train = self.proc, train_preference_dataloader
@@ -246,7 +261,9 @@ class RewardModelTrainer:
                         metrics[k] = metrics.get(k, 0.0) + v / n
                     tokens += b.n_tokens
                     computed += getattr(b, "n_packed", b.n_tokens)  # packed: each prompt once
-                metrics = self.all_ranks(metrics, tokens, computed)  # stops at a non-finite loss
+                metrics, counts = runtime.mean_over_ranks(metrics, (tokens, computed), proc)
+                self.speed.add(*counts)  # the tokens of every rank
+                runtime.check_finite(metrics["objective"], self.step, self.path("ckpt.pt"))
                 # clip (the norm before clipping is logged), step, zero the gradients, schedule
                 clip = self.grad_clip or math.inf
                 metrics["grad_norm"] = torch.nn.utils.clip_grad_norm_(self.params, clip).item()
@@ -270,19 +287,6 @@ class RewardModelTrainer:
                 self.evaluate_and_save(last=last, epoch=epoch)
         self.log.close()
         return self.eval_metrics
-
-    def all_ranks(self, metrics, tokens, computed):
-        """The step's metrics (each the mean of its micro-steps) averaged over the ranks, in one
-        all_reduce and one copy to the host; the tokens counted by the speed meter. A loss
-        that is not finite stops the run before the optimizer steps on it."""
-        proc = self.proc
-        metrics = dict(zip(metrics, torch.stack(list(metrics.values())).tolist(), strict=True))
-        metrics |= dict(tokens=tokens, computed=computed)
-        metrics = runtime.all_reduce_sum(metrics, proc.world, proc.device)
-        self.speed.add(metrics.pop("tokens"), metrics.pop("computed"))  # over all ranks
-        metrics = {k: v / proc.world for k, v in metrics.items()}
-        runtime.check_finite(metrics["objective"], self.step, self.path("ckpt.pt"))
-        return metrics
 
     def path(self, name):
         return os.path.join(self.save_dir, name) if self.save_dir else None
@@ -365,15 +369,11 @@ def train(cfg, proc):
     epochs, per_epoch = (cfg.epochs, steps_per_epoch) if cfg.epochs else (1, cfg.max_iters)
     loss_fn = PairwiseLoss(cfg.loss, cfg.margin, cfg.center_coef)
     start_epoch = min(step // per_epoch, epochs - 1) if per_epoch else 0
-    # fmt: off
-    trainer = RewardModelTrainer(
-        rm, optimizer=optimizer, lr_scheduler=scheduler, loss_fn=loss_fn, max_epochs=epochs,
-        accumulation_steps=cfg.grad_accum, start_epoch=start_epoch, save_dir=cfg.out_dir,
-        save_interval=cfg.save_interval, max_steps=cfg.max_iters, grad_clip=cfg.grad_clip,
-        log_interval=cfg.log_interval, eval_interval=cfg.eval_interval,
-        config=cfg, proc=proc, meta=meta, start_step=step, val_cache=val_cache,
-    )
-    # fmt: on
+    colossal = dict(optimizer=optimizer, lr_scheduler=scheduler, loss_fn=loss_fn, max_epochs=epochs)
+    colossal |= dict(accumulation_steps=cfg.grad_accum, start_epoch=start_epoch)
+    colossal |= dict(save_interval=cfg.save_interval, save_dir=cfg.out_dir)
+    ours = dict(config=cfg, proc=proc, meta=meta, start_step=step, val_cache=val_cache)
+    trainer = RewardModelTrainer(rm, **colossal, **ours)
     # the sampler says which pairs each micro-step of each optimizer step sees
     pad_id, rank, world = meta["pad_id"], proc.rank, proc.world
     steps = PairSteps(train, cfg, rank, world, pad_id, train_cache, per_epoch, step)

@@ -292,16 +292,25 @@ def test_save_interval_without_save_dir_is_refused_at_once():
 
 
 def test_a_short_fit_logs_its_training_rows_and_writes_colossalchat_eval_files(arith, tmp_path):
-    """A fit shorter than log_interval still logs its steps (a row at each epoch's end, as
-    ColossalChat logs every step) to log.jsonl and TensorBoard, and each epoch's evaluation is
-    written to save_dir/eval_result_epoch<N>.txt, where ColossalChat writes it."""
+    """A fit logs every step by default, as ColossalChat does; with a log_interval longer than
+    the fit, a row at each epoch's end: to log.jsonl and TensorBoard. Each epoch's evaluation
+    is written to save_dir/eval_result_epoch<N>.txt, where ColossalChat writes it."""
     pytest.importorskip("tensorboard", reason="TensorBoard's events need the tensorboard package")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    model, optim, sched = colossal_setup()
     dl = colossal_dicts(os.path.join(arith, "val.npz"), 61)  # 8 batches: 4 steps an epoch
-    trainer = RewardModelTrainer(model, optimizer=optim, lr_scheduler=sched, max_epochs=2,
-                                 accumulation_steps=2, save_dir=str(tmp_path))  # fmt: skip
+    model, optim, sched = colossal_setup()
+    every = RewardModelTrainer(
+        model, optimizer=optim, accumulation_steps=2, save_dir=str(tmp_path / "e")
+    )
+    every.fit(dl)
+    rows = [json.loads(line) for line in open(tmp_path / "e" / "log.jsonl")]
+    assert [(r["step"], r["steps"]) for r in rows if r["split"] == "train"] == [
+        (s, 1) for s in range(1, 5)
+    ]
+    model, optim, sched = colossal_setup()
+    options = dict(max_epochs=2, accumulation_steps=2, save_dir=str(tmp_path), log_interval=25)
+    trainer = RewardModelTrainer(model, optimizer=optim, lr_scheduler=sched, **options)
     trainer.fit(dl, eval_preference_dataloader=dl, log_dir=str(tmp_path / "tb"))
     rows = [json.loads(line) for line in open(tmp_path / "log.jsonl")]
     train = [r for r in rows if r["split"] == "train"]

@@ -164,6 +164,14 @@ def single_process(model):
     return Processes(False, 0, 0, 1, device, "float32", nullcontext())
 
 
+def mean_over_ranks(metrics, counts, proc):
+    """A step's metrics (tensors on the device, each its micro-steps' mean) averaged over the
+    ranks, and counts (numbers) summed over them: one all_reduce and one copy to the host."""
+    n, values = len(metrics), torch.stack(list(metrics.values())).tolist() + list(counts)
+    summed = list(all_reduce_sum(dict(enumerate(values)), proc.world, proc.device).values())
+    return {k: v / proc.world for k, v in zip(metrics, summed[:n], strict=True)}, summed[n:]
+
+
 def all_reduce_sum(metrics, world, device):
     """A dict of numbers summed over the ranks, in one all_reduce."""
     if world == 1:
