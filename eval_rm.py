@@ -41,12 +41,10 @@ import torch
 import torch.distributed as dist
 
 import nanorm.calibrate as calibrate
-from data.chat import chat_format
 from data.pairs import as_batch, open_dataset
 from data.tokenizer import load_tokenizer
 from nanorm.base.checkpoints import load
-from nanorm.base.cli import REQUIRED, check_device, one_of, opt, parse_config
-from nanorm.base.errors import UsageError, run
+from nanorm.base.command import REQUIRED, UsageError, check_device, one_of, opt, parse_config, run
 from nanorm.base.runtime import all_reduce_sum, auto_dtype, dtype_context
 from nanorm.ckpt import checkpoint_tokenizer, load_reward_model
 from nanorm.report import Scored, best_of_n, response_lengths, write_served_report
@@ -268,6 +266,8 @@ def main(argv=None):
                 else:  # the checkpoint's own, the .gguf's or the HF directory's
                     tok = checkpoint_tokenizer(info["checkpoint"])
                 name = args.chat if args.chat != "auto" else info["meta"].get("chat_format", "auto")
+                from data.chat import chat_format  # text to score: its chat layout
+
                 tok_cache.append((tok, chat_format(tok, name)))
             except (OSError, ValueError) as e:
                 fail(f"tokenizer of {args.tokenizer or args.ckpt}: {e}")

@@ -32,8 +32,8 @@ from torch.utils.checkpoint import checkpoint
 from data.pairs import packed_attention_mask, packed_block_mask, right_pad
 from model import ModelConfig, Transformer
 from nanorm.base.checkpoints import Checkpoint, load, model_config
+from nanorm.base.command import UsageError
 from nanorm.base.compat import LLMBOOK_ARGS, from_pretrained_dtype, is_llmbook_call, llmbook_inputs
-from nanorm.base.errors import UsageError
 
 LOSSES = ("logsig", "logexp", "bce")
 LM_CHUNK = 1024  # response tokens per LM-head call: at most (LM_CHUNK, vocab) logits alive

@@ -38,9 +38,17 @@ from data.pairs import BALANCE, OptimizerSteps, PairSteps, as_batch
 from eval_rm import evaluate, fit_calibration
 from nanorm import run_dir
 from nanorm.base import runtime
-from nanorm.base.cli import AT_LEAST_1, NON_NEGATIVE, POSITIVE, one_of, opt, parse_config
+from nanorm.base.command import (
+    AT_LEAST_1,
+    NON_NEGATIVE,
+    POSITIVE,
+    UsageError,
+    one_of,
+    opt,
+    parse_config,
+    run,
+)
 from nanorm.base.compat import colossalai_note, mean_loss
-from nanorm.base.errors import UsageError, run
 from nanorm.build import MODELS, build_model, load_data, make_optimizer, model_options, open_caches
 from nanorm.ckpt import resume_run, save_training_checkpoint
 from nanorm.report import write_run_report
@@ -72,7 +80,7 @@ class TrainConfig:
     weight_decay: float = opt(0.1, "AdamW decay on matrices (not norms, biases)", NON_NEGATIVE)
     grad_clip: float = opt(1.0, "clip the global gradient norm to this (0: off)", NON_NEGATIVE)
     seed: int = opt(1337, "seeds the initial weights and the data order")
-    device: str = opt("auto", "auto, cpu, cuda, cuda:1, mps (checked by cli.check_device)")
+    device: str = opt("auto", "auto, cpu, cuda, cuda:1, mps (command.check_device)")
     dtype: str = opt(
         "auto",
         "auto: bf16 where it pays (runtime.auto_dtype)",

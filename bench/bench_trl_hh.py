@@ -53,8 +53,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from data.pairs import open_dataset  # noqa: E402
-from nanorm.base.cli import ArgumentParser  # noqa: E402
-from nanorm.base.errors import UsageError, run  # noqa: E402
+from nanorm.base.command import (  # noqa: E402
+    ArgumentParser,  # noqa: E402
+    UsageError,
+    run,
+)
 
 SHARED = os.path.join(os.path.dirname(ROOT), "shared", "data")
 GGUF = os.path.join(SHARED, "smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")

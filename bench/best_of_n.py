@@ -30,9 +30,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from data.chat import chat_format
 from data.tokenizer import load_tokenizer
 from nanorm.base.checkpoints import load_transformer
-from nanorm.base.cli import ArgumentParser
-from nanorm.base.errors import UsageError, run
-from nanorm.base.files import atomic_write
+from nanorm.base.command import ArgumentParser, UsageError, atomic_write, run
 from nanorm.base.runtime import auto_dtype
 from nanorm.ckpt import load_reward_model
 from verifiable import gsm8k_reward

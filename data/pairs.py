@@ -27,15 +27,16 @@ import torch.nn.functional as F
 from torch.nn.attention.flex_attention import create_block_mask
 from torch.nn.utils.rnn import pad_sequence
 
-from data.chat import ChatFormat
-from nanorm.base.errors import UsageError
-from nanorm.base.files import atomic_write
+from nanorm.base.command import UsageError, atomic_write
 
 
 def encode_pair(tok, pair, max_len, fmt=None):
     """-> (prompt_ids, chosen_ids, rejected_ids, response_truncated: bool).
     fmt: a data.chat.ChatFormat (None: plain text, BOS + prompt, response + EOS)."""
-    fmt = fmt or ChatFormat("plain")
+    if fmt is None:
+        from data.chat import ChatFormat  # the layout is chosen when pairs are encoded, not read
+
+        fmt = ChatFormat("plain")
     p = fmt.prompt_ids(tok, pair["prompt"])
     c, r = fmt.response_ids(tok, pair["chosen"]), fmt.response_ids(tok, pair["rejected"])
     longest = max(len(c), len(r))

@@ -52,8 +52,7 @@ from data.chat import chat_format
 from data.pairs import encode_pair, length_heuristics, write_pairs
 from data.rows import BadRowError, read_pairs
 from data.tokenizer import load_tokenizer, tokenizer_fingerprint, train_sentencepiece
-from nanorm.base.cli import ArgumentParser
-from nanorm.base.errors import UsageError, run
+from nanorm.base.command import ArgumentParser, UsageError, run
 
 EXTENSIONS = (".jsonl", ".jsonl.gz", ".json", ".json.gz")
 SPLIT_NAMES = ("train", "test", "val", "valid", "validation", "dev")  # not a subset's name

@@ -27,7 +27,7 @@ import re
 import reprlib
 import sys
 
-from nanorm.base.errors import UsageError
+from nanorm.base.command import UsageError
 
 ASSISTANT = "\n\nAssistant:"
 

@@ -37,8 +37,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
 
-from data.bpe import BPETokenizer
-from nanorm.base.errors import UsageError
+from nanorm.base.command import UsageError
 
 BYTE_OFFSET = 3  # llama2.c layout: ids 0,1,2 = <unk>, <s>, </s>; ids 3..258 = <0x00>..<0xFF>
 
@@ -254,6 +253,11 @@ ACCEPTED = (
 )
 
 
+# what a tokenizer file's damage raises in its reader (see load_tokenizer)
+READ_ERRORS = (OSError, RuntimeError, ValueError, KeyError, IndexError, TypeError, AttributeError)
+READ_ERRORS += (RecursionError,)
+
+
 def load_tokenizer(path: str | os.PathLike):
     """.model -> SentencePieceTokenizer, .bin -> Llama2cTokenizer, .gguf / tokenizer.json / a
     Hugging Face directory holding a tokenizer.json -> BPETokenizer. A file that is not what its
@@ -266,15 +270,18 @@ def load_tokenizer(path: str | os.PathLike):
         if path.suffix == ".bin":
             return Llama2cTokenizer(path)
         if path.suffix == ".gguf":
+            from data.bpe import BPETokenizer  # byte-level BPE: read only where a file holds it
+
             return BPETokenizer.from_gguf(_check_exists(path))
         if path.suffix == ".json" or (path.is_dir() and (path / "tokenizer.json").is_file()):
+            from data.bpe import BPETokenizer
+
             return BPETokenizer.from_hf(path)
     except (FileNotFoundError, ImportError):
         raise
     # what a file's damage raises in the readers: sentencepiece's parse error, ValueError (json's
     # too), the lookups of a JSON or GGUF value of the wrong shape, json's recursion on nesting
-    except (OSError, RuntimeError, ValueError, KeyError, IndexError, TypeError, AttributeError,
-            RecursionError) as e:  # fmt: skip
+    except READ_ERRORS as e:
         reason = " ".join(str(e).split()).removeprefix(f"{path}: ") or type(e).__name__
         if isinstance(e, KeyError | IndexError | TypeError | AttributeError):
             reason = f"not the layout its format has ({type(e).__name__}: {reason})"
@@ -293,7 +300,7 @@ def tokenizer_fingerprint(tok) -> str:
     gives the same fingerprint, and so does a BPE vocabulary from a .gguf and a tokenizer.json,
     when both split the text the same way (Hugging Face's GGUF conversion drops SmolLM2's
     digit split, so its exported tokenizer.json differs from the .gguf, as its ids can)."""
-    if isinstance(tok, BPETokenizer):
+    if hasattr(tok, "merges"):  # a BPETokenizer (data/bpe.py)
         content = dict(
             kind="bpe",
             pieces=tok.pieces,

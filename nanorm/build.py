@@ -21,7 +21,7 @@ import torch.distributed as dist
 
 from data.pairs import DATA, dataset_dir, open_dataset
 from model import ModelConfig
-from nanorm.base.errors import UsageError
+from nanorm.base.command import UsageError
 from nanorm.ckpt import check_tokenizer
 from reward import LMRegularizedRewardModel, RewardModel
 

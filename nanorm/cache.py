@@ -37,7 +37,7 @@ import torch.distributed as dist
 from torch import nn
 
 from data.pairs import packed_attention_mask
-from nanorm.base.files import atomic_write
+from nanorm.base.command import atomic_write
 
 BATCH = 8  # pairs per forward while building
 KEY_WINDOW = 2**20  # bytes of a file that cache_key reads at its start, middle and end

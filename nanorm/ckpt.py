@@ -38,7 +38,6 @@ from functools import lru_cache
 
 import torch
 
-from data.bpe import BPETokenizer, bpe_tokenizer_files
 from data.tokenizer import (
     Llama2cTokenizer,
     SentencePieceTokenizer,
@@ -47,8 +46,7 @@ from data.tokenizer import (
 )
 from model import Transformer
 from nanorm.base.checkpoints import Checkpoint, load
-from nanorm.base.errors import UsageError
-from nanorm.base.files import atomic_write
+from nanorm.base.command import UsageError, atomic_write
 from nanorm.base.runtime import Diverged, all_reduce_sum
 from reward import LMRegularizedRewardModel, RewardModel
 
@@ -119,12 +117,14 @@ def tokenizer_files(tok):
     """{file name: uint8 tensor of its bytes}, the tokenizer as a checkpoint carries it.
     SentencePiece: its model proto; llama2.c: its .bin; byte-level BPE (from a .gguf or
     tokenizer.json): an HF tokenizer.json and tokenizer_config.json."""
-    if isinstance(tok, BPETokenizer):
-        files = bpe_tokenizer_files(tok)
-    elif isinstance(tok, SentencePieceTokenizer):
+    if isinstance(tok, SentencePieceTokenizer):
         files = {"tokenizer.model": tok.sp.serialized_model_proto()}
     elif isinstance(tok, Llama2cTokenizer):
         files = {"tokenizer.bin": tok.path.read_bytes()}
+    elif hasattr(tok, "merges"):  # byte-level BPE, whose reader loads with its files
+        from data.bpe import bpe_tokenizer_files
+
+        files = bpe_tokenizer_files(tok)
     else:
         raise TypeError(f"cannot store a {type(tok).__name__} in a checkpoint")
     return {k: torch.frombuffer(bytearray(v), dtype=torch.uint8) for k, v in files.items()}

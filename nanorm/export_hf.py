@@ -52,7 +52,7 @@ from data.bpe import BPETokenizer, bpe_tokenizer_files
 from data.chat import chat_format as find_format
 from data.tokenizer import SentencePieceTokenizer
 from nanorm.base.checkpoints import HF_NAMES
-from nanorm.base.files import atomic_write
+from nanorm.base.command import atomic_write
 from reward import RewardModel
 
 

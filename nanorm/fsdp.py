@@ -42,7 +42,7 @@ from torch.distributed.fsdp import (
     register_fsdp_forward_method,
 )
 
-from nanorm.base.errors import UsageError
+from nanorm.base.command import UsageError
 
 
 def shard(rm, proc):

@@ -25,7 +25,7 @@ from matplotlib.figure import Figure
 
 import nanorm.calibrate as calibrate
 from data.pairs import length_heuristics
-from nanorm.base.files import atomic_write
+from nanorm.base.command import atomic_write
 from nanorm.run_dir import plot_log, save_figure
 from reward import pearson, ranked_right
 

@@ -21,8 +21,7 @@ from dataclasses import asdict, is_dataclass
 import torch.distributed as dist
 from matplotlib.figure import Figure
 
-from nanorm.base.errors import UsageError
-from nanorm.base.files import atomic_write
+from nanorm.base.command import UsageError, atomic_write
 from reward import accuracy
 
 

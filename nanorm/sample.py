@@ -24,8 +24,7 @@ import torch
 
 from data.tokenizer import load_tokenizer
 from nanorm.base.checkpoints import load
-from nanorm.base.cli import ArgumentParser
-from nanorm.base.errors import UsageError, run
+from nanorm.base.command import ArgumentParser, UsageError, run
 from nanorm.ckpt import checkpoint_tokenizer
 
 HERE = os.path.dirname(os.path.abspath(__file__))

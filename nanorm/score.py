@@ -26,8 +26,7 @@ from data.chat import chat_format
 from data.pairs import encode_pair
 from data.tokenizer import load_tokenizer
 from nanorm.base.checkpoints import load
-from nanorm.base.cli import ArgumentParser
-from nanorm.base.errors import run
+from nanorm.base.command import ArgumentParser, run
 from nanorm.calibrate import served
 from nanorm.ckpt import checkpoint_tokenizer, load_reward_model
 from nanorm.export_hf import export_hf

@@ -13,7 +13,7 @@ from conftest import ROOT
 
 import train_rm
 from data.arith.prepare import main as prepare_arith
-from nanorm.base.errors import UsageError, run
+from nanorm.base.command import UsageError, run
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
 # one step on the built-in arithmetic pairs (train_rm prepares data/arith when it is missing)

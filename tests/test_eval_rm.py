@@ -19,7 +19,7 @@ import train_rm
 from data import sources
 from data.arith.prepare import main as prepare_arith
 from data.pairs import PairDataset, write_pairs
-from nanorm.base.errors import run as run_cli
+from nanorm.base.command import run as run_cli
 from reward import RewardModel
 from verifiable import gsm8k_reward
 

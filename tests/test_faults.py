@@ -20,7 +20,7 @@ from conftest import ROOT
 import nanorm.ckpt
 import train_rm
 from data.arith.prepare import main as prepare_arith
-from nanorm.base.errors import UsageError
+from nanorm.base.command import UsageError
 from nanorm.ckpt import load_reward_model
 from reward import RewardModel
 

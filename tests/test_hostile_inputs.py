@@ -19,7 +19,7 @@ import nanorm.base.gguf_reader as gguf_reader
 from data.prepare import main as prepare
 from data.rows import BadRowError, read_pairs
 from data.tokenizer import load_tokenizer
-from nanorm.base.errors import UsageError
+from nanorm.base.command import UsageError
 
 # ------------------------------------------------------------------------------------ rows
 GOOD = [

@@ -10,7 +10,7 @@ import torch
 from conftest import shared_path, tiny_hf_config
 
 from nanorm.base.checkpoints import load
-from nanorm.base.errors import UsageError
+from nanorm.base.command import UsageError
 from nanorm.ckpt import load_reward_model
 from reward import LMRegularizedRewardModel, RewardModel
 

@@ -18,7 +18,7 @@ from data.pairs import (
     write_pairs,
 )
 from data.rows import BadRowError, read_pairs, split_conversation, split_dialogue
-from nanorm.base.errors import UsageError
+from nanorm.base.command import UsageError
 
 
 class CharTok:

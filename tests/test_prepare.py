@@ -11,7 +11,7 @@ from conftest import shared_path
 from data.hh_rlhf.prepare import main as prepare
 from data.pairs import PairDataset
 from data.prepare import main as prepare_any
-from nanorm.base.errors import UsageError
+from nanorm.base.command import UsageError
 
 
 def hh_row(i, good, bad):

@@ -13,7 +13,7 @@ from conftest import ROOT, shared_path, tiny_model
 
 from critic import Critic
 from nanorm.base.checkpoints import load_transformer
-from nanorm.base.errors import UsageError
+from nanorm.base.command import UsageError
 from nanorm.ckpt import check_tokenizer, save_checkpoint
 from reward import LMRegularizedRewardModel, RewardModel
 from verifiable import RLVRRewardModel, gsm8k_reward, math_reward

@@ -12,7 +12,7 @@ from conftest import pad, tiny_config
 
 import train_rm
 from data.pairs import pack_pairs
-from nanorm.base.errors import UsageError
+from nanorm.base.command import UsageError
 from nanorm.ckpt import load_reward_model, save_checkpoint
 from nanorm.subset_experts import SubsetExpertsRewardModel
 from reward import RewardModel, new_head

@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader
 import train_rm
 from data.arith.prepare import main as prepare_arith
 from data.pairs import PairDataset, as_batch
-from nanorm.base.errors import UsageError
+from nanorm.base.command import UsageError
 from reward import LMRegularizedRewardModel, LogExpLoss, LogSigLoss, PairwiseLoss, RewardModel
 from train_rm import RewardModelTrainer
 

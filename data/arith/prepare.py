@@ -27,8 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the project root
 
 from data.pairs import encode_pair, length_heuristics, write_pairs
 from data.tokenizer import SentencePieceTokenizer, tokenizer_fingerprint, train_sentencepiece
-from nanorm.base.cli import ArgumentParser
-from nanorm.base.errors import UsageError, run
+from nanorm.base.command import ArgumentParser, UsageError, run
 from verifiable import gsm8k_reward
 
 QUESTIONS = ["What is {a} {op} {b}?", "Compute {a} {op} {b}.", "{a} {op} {b} = ?"]

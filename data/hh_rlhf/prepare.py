@@ -33,9 +33,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the project root
 
 from data.prepare import add_arguments, check_arguments, find_sources, prepare
-from nanorm.base.cli import ArgumentParser
-from nanorm.base.errors import UsageError, run
-from nanorm.base.files import atomic_write
+from nanorm.base.command import ArgumentParser, UsageError, atomic_write, run
 
 SUBSETS = ("helpful-base", "harmless-base", "helpful-online", "helpful-rejection-sampled")
 URL = "https://huggingface.co/datasets/Anthropic/hh-rlhf/resolve/main/{subset}/{split}.jsonl.gz"

@@ -3,9 +3,10 @@ The ground floor: what the concept files at the top stand on. Nothing here impor
 it (the concept files, data/, the rest of nanorm/ or the scripts), except model.py's Transformer,
 which checkpoints.py builds from a file.
 
-    errors.py        an expected failure: UsageError, one line and exit 2 (run)
-    files.py         writing a file aside and renaming it whole (atomic_write)
-    cli.py           options as a dataclass, checked (parse_config); devices
+    command.py       what every command shares: options as a dataclass, checked
+                     (parse_config); a mistake as one line and exit 2 (UsageError, run);
+                     files written aside and renamed whole (atomic_write)
+    compat.py        where ColossalChat's and LLMBook's conventions meet nanoRM's
     runtime.py       who this process is: processes under torchrun, device, dtype, speed
     checkpoints.py   every checkpoint read (llama2.c .bin/.pt, Meta, HF, ColossalChat, .gguf,
                      ours) into a Transformer and named tensors: load, load_transformer

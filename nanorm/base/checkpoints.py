@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from model import ModelConfig, Transformer, rope_frequencies
-from nanorm.base.errors import UsageError
+from nanorm.base.command import UsageError
 
 
 @dataclass

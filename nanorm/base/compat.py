@@ -27,7 +27,7 @@ LLMBook (RUCAIBox), as nanoRM takes it:
 
 import torch
 
-from nanorm.base.errors import UsageError
+from nanorm.base.command import UsageError
 
 
 # ----------------------------------------------------------------------------- ColossalChat

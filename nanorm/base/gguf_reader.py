@@ -48,7 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from nanorm.base.errors import UsageError
+from nanorm.base.command import UsageError
 
 # ggml type id -> (name, values per block, bytes per block), from gguf-py's GGML_QUANT_SIZES
 GGML_TYPES = {

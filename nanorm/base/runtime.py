@@ -18,8 +18,7 @@ from dataclasses import dataclass, replace
 import torch
 import torch.distributed as dist
 
-from nanorm.base.cli import check_device
-from nanorm.base.errors import UsageError
+from nanorm.base.command import UsageError, check_device
 
 
 @dataclass

@@ -1,17 +1,45 @@
 """
-A command line's options and files: a script's options are one dataclass whose fields say their
+What every command shares: its options, its mistakes, and how it writes files.
+
+Mistakes. An expected failure (a missing or corrupt file, a
+bad row, an option out of range) is a `UsageError` whose message names the file or option and
+what to do; `run(main)` prints it as one line on stderr and exits with status 2; anything else is
+a bug and keeps its traceback. A script's options are one dataclass whose fields say their
 default, help and check (`opt`); `parse_config` turns it into argparse options and checks every
-value, so a wrong one is one line naming the option (UsageError, printed by run).
-`check_device` refuses a device this machine does not have.
+value, so a wrong one is one line naming the option. `check_device` refuses a device this machine
+does not have.
+
+Files. A command writes a file aside and renames it whole (`atomic_write`), so a reader, or a
+kill at any moment, sees the old file or the new one, never half of one.
+
+    from nanorm.base.command import UsageError, run
+    ...
+    if __name__ == "__main__":
+        run(main)   # main raises UsageError (data.rows.BadRowError is one) or FileNotFoundError
 """
 
 import argparse
+import os
 import re
+import sys
+from contextlib import contextmanager
 from dataclasses import MISSING, field, fields
 
 import torch
 
-from nanorm.base.errors import UsageError
+
+class UsageError(ValueError):
+    """An expected failure: the message says which file or option, and what to do."""
+
+
+def run(main, argv=None):
+    """main(argv), with an expected failure printed as `<script>: error: <message>`, exit 2."""
+    try:
+        return main(argv)
+    except (UsageError, FileNotFoundError) as e:  # data.rows.BadRowError is a UsageError
+        message = " ".join(str(e).split())  # one line, whatever the message held
+        print(f"{os.path.basename(sys.argv[0])}: error: {message}", file=sys.stderr)
+        sys.exit(2)
 
 
 def boolean(text):
@@ -96,3 +124,20 @@ def check_device(device):
     if device == "mps" and not torch.backends.mps.is_available():
         raise UsageError("--device mps: MPS is not available here; use --device cpu")
     return device
+
+
+# ----------------------------------------------------------------------------- files
+@contextmanager
+def atomic_write(path, mode="wb"):
+    """open(path, mode) for writing, but the bytes go to path.tmp, which is flushed to disk and
+    renamed over path only when the block ends without an error."""
+    tmp = f"{path}.tmp"
+    try:
+        with open(tmp, mode) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
