@@ -139,8 +139,12 @@ def loaded(code):
 
 @pytest.mark.slow
 def test_a_run_loads_what_it_runs(tmp_path):
-    assert len(loaded("import reward")) <= 8, loaded("import reward")
-    assert len(loaded("import critic")) <= 8, loaded("import critic")
+    # reward.py stands on model.py, the checkpoint reader, the command's errors, ColossalChat's
+    # and LLMBook's conventions and the batch layouts, in three packages; critic.py on reward.py
+    under_reward = {"model", "nanorm.base.checkpoints", "nanorm.base.command", "nanorm.base.compat"}
+    under_reward |= {"data.pairs", "data", "nanorm", "nanorm.base", "reward"}
+    assert set(loaded("import reward")) == under_reward, loaded("import reward")
+    assert set(loaded("import critic")) == under_reward | {"critic"}, loaded("import critic")
     # a second default run (the data already built): the verifier labels the data, training
     # never imports it; the cache, LoRA, FSDP, ODIN and the subset experts stay behind flags
     args = ["--out_dir", str(tmp_path / "a"), "--max_iters", "2", "--eval_interval", "2"]
