@@ -34,7 +34,6 @@ policy and reference share nothing (the reference is a frozen copy); every minib
 re-runs the full forward (no cached hidden states).
 """
 
-import argparse
 import copy
 import json
 import math
@@ -43,6 +42,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -64,43 +64,62 @@ from data.pairs import PairDataset, right_pad
 from data.tokenizer import load_tokenizer
 from model import Transformer
 from nanorm.base.checkpoints import load_transformer
+from nanorm.base.command import (
+    AT_LEAST_1,
+    NON_NEGATIVE,
+    POSITIVE,
+    UsageError,
+    one_of,
+    opt,
+    parse_config,
+    run,
+)
 from nanorm.ckpt import load_reward_model, save_checkpoint
 from verifiable import RLVRRewardModel, extract_answer, gsm8k_reward
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the project root
+AT_LEAST_2 = (lambda v: v >= 2, ">= 2")
+UNIT = (lambda v: 0 <= v <= 1, "in [0, 1]")
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    a = p.add_argument
-    a("--algo", default="ppo", choices=["ppo", "grpo"])
-    a("--reward", default="proxy", choices=["proxy", "verifier"], help="what the policy optimizes")
-    a("--kl_coef", type=float, default=0.02, help="weight of the KL to the reference policy")
-    a("--max_steps", type=int, default=100, help="RL steps (one rollout batch each)")
-    a("--out_dir", default="out/rl")
-    a("--seed", type=int, default=0, help="seeds the RL run (rollouts, order); not SFT, proxy")
-    a(
-        "--cache_dir",
-        default="",
-        help="where the SFT policy and the proxy are kept (default out_dir)",
-    )
-    a("--batch_size", type=int, default=128, help="answers sampled per step")
-    a("--group", type=int, default=8, help="GRPO: answers per question")
-    a("--lr", type=float, default=1e-4, help="policy learning rate (AdamW)")
-    a("--critic_lr", type=float, default=1e-3)
-    a("--ppo_epochs", type=int, default=2, help="passes over each rollout batch")
-    a("--minibatches", type=int, default=2, help="updates per pass")
-    a("--clip_eps", type=float, default=0.2, help="PPO's ratio clip (and the value clip)")
-    a("--gamma", type=float, default=1.0)
-    a("--lam", type=float, default=0.95)
-    a("--max_new_tokens", type=int, default=16)
-    a("--temperature", type=float, default=1.0)
-    a("--sft_steps", type=int, default=400, help="steps of SFT on the right answers (cached)")
-    a("--proxy_pairs", type=int, default=5000, help="training pairs the proxy sees (cached)")
-    a("--proxy_iters", type=int, default=1000, help="train_rm.py --max_iters for the proxy")
-    args = p.parse_args(argv)
-    args.cache_dir = args.cache_dir or args.out_dir
-    return args
+@dataclass
+class RLConfig:
+    algo: str = opt("ppo", "ppo (a critic, GAE) or grpo (group advantages)", one_of("ppo", "grpo"))
+    reward: str = opt("proxy", "what the policy optimizes", one_of("proxy", "verifier"))
+    kl_coef: float = opt(0.02, "weight of the KL to the reference policy", NON_NEGATIVE)
+    max_steps: int = opt(100, "RL steps (one rollout batch each)", AT_LEAST_1)
+    out_dir: str = opt("out/rl", "where rl.jsonl, rl.png and policy.pt go")
+    seed: int = opt(0, "seeds the RL run (rollouts, order); not SFT, proxy", NON_NEGATIVE)
+    cache_dir: str = opt("", "where the SFT policy and the proxy are kept (default out_dir)")
+    batch_size: int = opt(128, "answers sampled per step", AT_LEAST_1)
+    group: int = opt(8, "GRPO: answers per question (a group's std needs 2)", AT_LEAST_2)
+    lr: float = opt(1e-4, "policy learning rate (AdamW)", POSITIVE)
+    critic_lr: float = opt(1e-3, "the critic's learning rate (AdamW)", POSITIVE)
+    ppo_epochs: int = opt(2, "passes over each rollout batch", AT_LEAST_1)
+    minibatches: int = opt(2, "updates per pass", AT_LEAST_1)
+    clip_eps: float = opt(0.2, "PPO's ratio clip (and the value clip)", POSITIVE)
+    gamma: float = opt(1.0, "GAE's discount", UNIT)
+    lam: float = opt(0.95, "GAE's lambda", UNIT)
+    max_new_tokens: int = opt(16, "longest answer sampled", AT_LEAST_1)
+    temperature: float = opt(1.0, "sampling temperature of the rollouts", POSITIVE)
+    sft_steps: int = opt(400, "steps of SFT on the right answers (cached)", AT_LEAST_1)
+    proxy_pairs: int = opt(5000, "training pairs the proxy sees (cached)", AT_LEAST_1)
+    proxy_iters: int = opt(1000, "train_rm.py --max_iters for the proxy", AT_LEAST_1)
+
+
+def parse_args(argv=None) -> RLConfig:
+    """The options (each checked by its field), then the checks across options."""
+    cfg = parse_config(RLConfig, argv, description=__doc__.split("\n")[1])
+    per_update = cfg.batch_size // cfg.minibatches
+    if cfg.algo == "grpo" and cfg.batch_size % cfg.group:
+        raise UsageError(f"--batch_size {cfg.batch_size} must be a multiple of --group {cfg.group}")
+    if per_update < 1:
+        raise UsageError(f"--minibatches {cfg.minibatches} exceeds --batch_size {cfg.batch_size}")
+    for name in ("out_dir", "cache_dir"):
+        path = getattr(cfg, name)
+        if path and os.path.lexists(path) and not os.path.isdir(path):
+            raise UsageError(f"--{name} {path} is not a folder: name a folder (made if missing)")
+    return replace(cfg, cache_dir=cfg.cache_dir or cfg.out_dir)
 
 
 # ----------------------------------------------------------------------------- the data
@@ -373,4 +392,4 @@ def plot(rows, path, title=""):
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

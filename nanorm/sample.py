@@ -18,46 +18,35 @@ if __name__ == "__main__" and not __package__:  # run as a file, the project roo
     raise SystemExit(f"{__file__} is part of the nanorm library: run python -m nanorm.sample")
 
 import os
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
 import torch
 
 from data.tokenizer import load_tokenizer
 from nanorm.base.checkpoints import load
-from nanorm.base.command import ArgumentParser, UsageError, run
+from nanorm.base.command import NON_NEGATIVE, UsageError, opt, parse_config, run
 from nanorm.ckpt import checkpoint_tokenizer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STORIES = os.path.join(HERE, "..", "..", "shared", "data", "llama2c", "stories260K")
+STORIES_BIN = os.path.join(STORIES, "stories260K.bin")
+AT_LEAST_1_OR_NONE = (lambda v: v is None or v >= 1, ">= 1")
+
+
+@dataclass
+class SampleConfig:
+    ckpt: str = opt(STORIES_BIN, "llama2.c .bin/.pt, an HF or Meta directory, or a .gguf file")
+    tokenizer: str | None = opt(None, ".bin, .model, .gguf or tokenizer.json (default: the ckpt's)")
+    prompt: str = opt("", "the text to continue")
+    max_new_tokens: int = opt(200, "at most (fewer where the text ends)", NON_NEGATIVE)
+    temperature: float = opt(0.0, "0: greedy", NON_NEGATIVE)
+    top_k: int | None = opt(None, "sample among the k likeliest only", AT_LEAST_1_OR_NONE)
+    seed: int = opt(1337, "seeds the sampling", NON_NEGATIVE)
 
 
 def main(argv=None):
-    p = ArgumentParser(description="Generate text with a LLaMA checkpoint.")
-    p.add_argument(
-        "--ckpt",
-        default=os.path.join(STORIES, "stories260K.bin"),
-        help="llama2.c .bin/.pt, an HF or Meta directory, or a .gguf file",
-    )
-    p.add_argument(
-        "--tokenizer",
-        default=None,
-        help="a .bin vocabulary, .model, .gguf or tokenizer.json (default: the ckpt's own, "
-        "stories260K's tok512.bin for the default ckpt)",
-    )
-    p.add_argument("--prompt", default="")
-    p.add_argument("--max_new_tokens", type=int, default=200)
-    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
-    p.add_argument("--top_k", type=int, default=None, help="sample among the k likeliest only")
-    p.add_argument("--seed", type=int, default=1337)
-    args = p.parse_args(argv)
-    for name, value, least in (
-        ("max_new_tokens", args.max_new_tokens, 0),
-        ("temperature", args.temperature, 0),
-        ("top_k", args.top_k, 1),
-    ):
-        if value is not None and not value >= least:  # not >=: a NaN fails too
-            p.error(f"--{name} must be >= {least}, got {value}")
-    if args.tokenizer is None and args.ckpt == p.get_default("ckpt"):
+    args = parse_config(SampleConfig, argv, description="Generate text with a LLaMA checkpoint.")
+    if args.tokenizer is None and args.ckpt == STORIES_BIN:
         args.tokenizer = os.path.join(STORIES, "tok512.bin")
     for path in (args.ckpt, args.tokenizer):
         if path is not None and not os.path.exists(path):

@@ -18,7 +18,7 @@ file of pairs is eval_rm.py's.
 if __name__ == "__main__" and not __package__:  # run as a file, the project root is not on the path
     raise SystemExit(f"{__file__} is part of the nanorm library: run python -m nanorm.score")
 
-import argparse
+from dataclasses import dataclass
 
 import torch
 
@@ -26,28 +26,32 @@ from data.chat import chat_format
 from data.pairs import encode_pair
 from data.tokenizer import load_tokenizer
 from nanorm.base.checkpoints import load
-from nanorm.base.command import ArgumentParser, run
+from nanorm.base.command import REQUIRED, UsageError, opt, parse_config, run
 from nanorm.calibrate import served
 from nanorm.ckpt import checkpoint_tokenizer, load_reward_model
 from nanorm.export_hf import export_hf
 
 
+@dataclass
+class ScoreConfig:
+    ckpt: str = opt(REQUIRED, "a saved reward model, or any backbone")
+    tokenizer: str | None = opt(None, "default: the one the ckpt carries")
+    prompt: str = opt("", "the prompt the response answers")
+    response: str | None = opt(None, "the response to score")
+    export_hf: str | None = opt(None, "write a LlamaForSequenceClassification dir instead")
+    normalize: bool = opt(False, "(r - mean) / std, as the ckpt stores them")
+    pairs: str | None = opt(None, "accuracy on pairs: eval_rm.py's (this says how)")
+
+
 @torch.no_grad()
 def main(argv=None):
-    p = ArgumentParser(description="Score a response with a reward model, or export it.")
-    p.add_argument("--ckpt", required=True, help="a saved reward model, or any backbone")
-    p.add_argument("--tokenizer", default=None, help="default: the one the ckpt carries")
-    p.add_argument("--prompt", default="")
-    p.add_argument("--response", default=None)
-    p.add_argument("--export_hf", default=None, help="write a LlamaForSequenceClassification dir")
-    p.add_argument("--normalize", action="store_true", help="(r - mean) / std, as the ckpt stores")
-    p.add_argument("--pairs", default=None, help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
+    description = "Score a response with a reward model, or export it."
+    args = parse_config(ScoreConfig, argv, description=description)
     if args.pairs is not None:
         hint = f"python eval_rm.py --ckpt {args.ckpt} --data {args.pairs} --out DIR"
-        p.error(f"accuracy on pairs is eval_rm.py's: {hint}")
+        raise UsageError(f"accuracy on pairs is eval_rm.py's: {hint}")
     if (args.response is None) == (args.export_hf is None):
-        p.error("give exactly one of --response and --export_hf")
+        raise UsageError("give exactly one of --response and --export_hf")
     c = load(args.ckpt)  # one read of the file: the model, its record and its tokenizer
     model, _ = load_reward_model(c)
     if c.head == "random":
@@ -60,7 +64,7 @@ def main(argv=None):
         try:
             export_hf(model, args.export_hf, tok, meta, record=ckpt)
         except ValueError as e:  # a head HF's score cannot hold (a bias, a gated mixture)
-            p.error(str(e))
+            raise UsageError(str(e)) from None
         return
     fmt = chat_format(tok, meta.get("chat_format", "auto"))  # the layout it was trained on
     pair = {"prompt": args.prompt, "chosen": args.response, "rejected": args.response}
@@ -69,7 +73,7 @@ def main(argv=None):
     try:  # the stored length calibration, L = the response's tokens (its end token included)
         r_served = float(served(ckpt, r, len(response), args.normalize, args.ckpt))
     except ValueError as e:
-        p.error(f"--normalize: {e}")
+        raise UsageError(f"--normalize: {e}") from None
     what = "normalized" if args.normalize else "length-calibrated"
     served_as = f" ({what}; raw {r:.6f}, {len(response)} response tokens)" if r_served != r else ""
     print(f"reward: {r_served:.6f}{served_as}")

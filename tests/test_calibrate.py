@@ -15,6 +15,7 @@ import nanorm.report as report
 import train_rm
 from data.arith.prepare import main as prepare_arith
 from data.pairs import PairDataset
+from nanorm.base.command import run as run_command
 from nanorm.ckpt import load_reward_model
 from nanorm.score import main as score_main
 
@@ -132,6 +133,8 @@ def test_stored_calibration_is_served_alike_everywhere(run, tmp_path, capsys):
 def test_normalize_without_stored_stats_is_one_line(run, capsys):
     _, ckpt = run
     with pytest.raises(SystemExit):
-        score_main(["--ckpt", ckpt, "--prompt", "1 + 1?", "--response", " 2", "--normalize"])
+        run_command(
+            score_main, ["--ckpt", ckpt, "--prompt", "1 + 1?", "--response", " 2", "--normalize"]
+        )
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--save_calibration" in err

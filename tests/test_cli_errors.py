@@ -91,7 +91,11 @@ def test_unexpected_failures_keep_their_traceback():
         (["--max_iters", "-1"], ["--max_iters must be >= 0"]),
         (["--eval_interval", "0"], ["--eval_interval must be >= 1"]),
         (["--lr", "0"], ["--lr must be > 0"]),
-        (["--lr", "nan"], ["--lr must be > 0"]),
+        (["--lr", "nan"], ["--lr must be a finite number", "nan"]),
+        (["--weight_decay", "inf"], ["--weight_decay must be a finite number"]),
+        (["--margin=-inf"], ["--margin must be a finite number"]),
+        (["--seed", str(2**70)], ["--seed must fit in 64 bits"]),
+        (["--max_iters", str(10**23)], ["--max_iters must fit in 64 bits"]),
         (["--dropout", "1"], ["--dropout must be in [0, 1)"]),
         (["--train_layers", "-1"], ["--train_layers must be >= 0"]),
         (["--batch_size", "four"], ["--batch_size", "invalid int value: 'four'"]),
@@ -278,3 +282,35 @@ def test_a_library_script_run_as_a_file_says_how_to_run_it():
             p.stderr.strip()
             == f"{ROOT}/nanorm/{name}.py is part of the nanorm library: run python -m nanorm.{name}"
         )
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--group", "0"], ["--group must be >= 2, got 0"]),
+        (["--batch_size", "0"], ["--batch_size must be >= 1, got 0"]),
+        (
+            ["--algo", "grpo", "--batch_size", "10", "--group", "4"],
+            ["--batch_size 10", "--group 4"],
+        ),
+        (["--minibatches", "200"], ["--minibatches 200 exceeds --batch_size 128"]),
+        (["--lam", "1.5"], ["--lam must be in [0, 1], got 1.5"]),
+        (["--kl_coef", "nan"], ["--kl_coef must be a finite number"]),
+        (["--lr=-1e-4"], ["--lr must be > 0"]),
+        (["--algo", "dpo"], ["--algo must be one of ppo, grpo"]),
+        (["--seed", str(2**70)], ["--seed must fit in 64 bits"]),
+    ],
+)
+def test_rl_options_are_checked_up_front(capsys, tmp_path, argv, words):
+    from nanorm import rl
+
+    refused_in_process(capsys, rl.main, ["--out_dir", tmp_path / "rl", *argv], *words)
+    assert not os.path.exists(tmp_path / "rl")  # refused before anything is written
+
+
+def test_rl_out_dir_that_is_a_file_is_one_line(capsys, tmp_path):
+    from nanorm import rl
+
+    (tmp_path / "f").write_text("mine")
+    refused_in_process(capsys, rl.main, ["--out_dir", tmp_path / "f"], "--out_dir", "not a folder")
+    assert (tmp_path / "f").read_text() == "mine"

@@ -19,6 +19,7 @@ kill at any moment, sees the old file or the new one, never half of one.
 """
 
 import argparse
+import math
 import os
 import re
 import sys
@@ -106,9 +107,14 @@ def parse_config(cls, argv=None, description=None):
         p.add_argument(f"--{f.name}", **kind, help=f.metadata.get("help"))
     cfg = cls(**vars(p.parse_args(argv)))
     for f in fields(cfg):
+        value = getattr(cfg, f.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise UsageError(f"--{f.name} must be a finite number, got {value}")
+        if isinstance(value, int) and not -(2**63) <= value < 2**63:  # torch's int64
+            raise UsageError(f"--{f.name} must fit in 64 bits, got {value}")
         test, must = f.metadata.get("check") or (None, None)
-        if test and not test(getattr(cfg, f.name)):
-            raise UsageError(f"--{f.name} must be {must}, got {getattr(cfg, f.name)!r}")
+        if test and not test(value):
+            raise UsageError(f"--{f.name} must be {must}, got {value!r}")
     return cfg
 
 
