@@ -32,18 +32,22 @@ the chat layout, each file's formats, the copies left out and each subset's leng
 
 Nothing is lost by accident: an existing dataset is replaced only with --overwrite, and then
 whole (written aside, then renamed); an --out_dir that is a file, or a folder holding anything
-else, is refused with or without --overwrite. Bad rows are reported by file and line and counted;
---strict stops at the first.
+else, is refused with or without --overwrite. A --tokenizer is an input, never an output: the
+dataset's own tok.model given as --tokenizer is copied into the dataset that replaces it. A run
+killed midway leaves a folder aside, which the next run removes (and a dataset set aside, which
+it puts back). Bad rows are reported by file and line and counted; --strict stops at the first.
 """
 
 import argparse
+import fcntl
 import glob
 import json
 import os
 import random
+import re
+import secrets
 import shutil
 import sys
-import tempfile
 from collections import Counter
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the root
@@ -186,7 +190,12 @@ def add_arguments(p):
     p.add_argument("--chat", default="auto", choices=("auto", "plain", "chatml", "llama3"))
     p.add_argument("--subset_key", default=None, help="a row field naming each pair's subset")
     p.add_argument("--vocab_size", type=int, default=2048, help="when training a vocabulary")
-    p.add_argument("--max_len", type=int, default=512, help="tokens per prompt + response")
+    p.add_argument(
+        "--max_len",
+        type=int,
+        default=512,
+        help="tokens per prompt + response; the model's max_seq_len must hold it",
+    )
     p.add_argument("--val_frac", type=float, default=0.2, help="held-out part of each subset")
     p.add_argument("--max_train", type=int, default=None, help="training pairs per subset, at most")
     p.add_argument("--seed", type=int, default=0)
@@ -204,11 +213,13 @@ def check_arguments(p, args):
 
 
 DATASET_FILES = {"meta.json", "train.npz", "val.npz", "tok.model"}  # all this script writes
+PARTIAL = {f"{f}.tmp" for f in DATASET_FILES}  # a file being written (data.atomic_write)
 
 
 def check_out_dir(out, overwrite):
     """Refuse an --out_dir that holds anything but a dataset this script wrote: a file, or a
-    folder with other files in it, is the user's and is never replaced, --overwrite or not."""
+    folder with other files in it (or links, or folders, which it never writes), is the user's
+    and is never replaced, --overwrite or not."""
     if not os.path.lexists(out):
         return
     if not os.path.isdir(out) or os.path.islink(out):
@@ -222,28 +233,138 @@ def check_out_dir(out, overwrite):
             f"({', '.join(sorted(held - DATASET_FILES)[:3]) or 'no meta.json'}): "
             "choose a new or empty --out_dir"
         )
+    odd = sorted(f for f in held if not plain_file(os.path.join(out, f)))
+    if odd:
+        fail(
+            f"--out_dir {out} holds {odd[0]}, a link or a folder, which this script never "
+            "writes: choose a new or empty --out_dir"
+        )
     if not overwrite:
         fail(f"{out} already holds a dataset: pass --overwrite to replace it, or --out_dir")
+
+
+def plain_file(path):
+    return os.path.isfile(path) and not os.path.islink(path)
+
+
+def inside(path, folder):
+    """Whether path is folder or lies under it, links followed (a link is where it points)."""
+    path, folder = os.path.realpath(path), os.path.realpath(folder)
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def tokenizer_to_keep(tokenizer, out):
+    """The --tokenizer, when it lies in the --out_dir this run replaces: the dataset's own
+    tok.model (e.g. to tokenize it again at another --max_len). It is an input: the new dataset
+    gets a copy, at the same path, so whatever else names that path still finds it. Anything
+    else in --out_dir is not a tokenizer: refused before anything is read."""
+    if not tokenizer or not os.path.lexists(out) or not inside(tokenizer, out):
+        return None
+    real = os.path.realpath(tokenizer)
+    if os.path.dirname(real) != os.path.realpath(out) or os.path.basename(real) != "tok.model":
+        fail(
+            f"--tokenizer {tokenizer} lies in --out_dir {out}, which this run replaces: give a "
+            "tokenizer outside it, or another --out_dir"
+        )
+    return real
+
+
+def aside(out, kind):
+    """A new folder beside out, <name>.<kind>-<random>, and the open descriptor of its lock: the
+    run holds an flock on the folder while it runs, and the kernel drops it when the process
+    ends, however it ends, so a later run knows a folder nobody holds is stale (clean_stale).
+    Made by mkdir, so its mode follows the umask, as any folder the user makes (mkdtemp's 0700
+    would stay with the dataset)."""
+    parent, name = os.path.split(out)
+    while True:
+        path = os.path.join(parent, f"{name}.{kind}-{secrets.token_hex(4)}")
+        try:
+            os.mkdir(path)
+            break
+        except FileExistsError:
+            continue
+    fd = os.open(path, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # a new folder: nobody else holds it
+    return path, fd
+
+
+def ours(folder, names):
+    """Whether folder holds nothing but plain files named in names (what this script writes)."""
+    held = os.listdir(folder)
+    return set(held) <= names and all(plain_file(os.path.join(folder, f)) for f in held)
+
+
+def clean_stale(out):
+    """Remove the folders that runs killed midway (kill -9, a power cut) left beside out: named
+    as aside() names them, held by no run, holding only what this script writes. A run killed
+    between its two renames left no out and the old dataset aside: it is put back, so
+    --overwrite still decides whether it is replaced."""
+    parent, name = os.path.split(out)
+    stale = re.compile(re.escape(name) + r"\.(tmp|old)-\w{8}")  # (and tempfile's, as it was)
+    for entry in sorted(os.listdir(parent)):
+        m, path = stale.fullmatch(entry), os.path.join(parent, entry)
+        if not m or os.path.islink(path) or not os.path.isdir(path):
+            continue
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:  # not ours to open: not ours to remove
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held: a run that is still going
+            os.close(fd)
+            continue
+        try:
+            put_away(out, path, m.group(1))
+        finally:
+            os.close(fd)
+
+
+def put_away(out, path, kind):
+    """clean_stale's work on one stale folder: a tmp- one is deleted; an old- one gives back
+    the dataset it holds (d) when out is missing, else deletes it. Anything else is kept."""
+    if kind == "tmp":
+        if ours(path, DATASET_FILES | PARTIAL):
+            shutil.rmtree(path)
+        return
+    old = os.path.join(path, "d")  # aside: d, the dataset out held
+    if os.listdir(path) == ["d"] and not os.path.islink(old) and os.path.isdir(old):
+        if not ours(old, DATASET_FILES):
+            return
+        if not os.path.lexists(out):
+            os.replace(old, out)
+            print(f"put back {out}, which a run killed while replacing it had set aside")
+        else:
+            shutil.rmtree(old)
+    if not os.listdir(path):
+        os.rmdir(path)
 
 
 def prepare(args, sources, out):
     """Read, split, tokenize and write sources to the folder out; -> meta.json's dict."""
     out = os.path.abspath(out)
+    parent = os.path.dirname(out)
+    if os.path.isdir(parent):
+        clean_stale(out)
     check_out_dir(out, args.overwrite)
+    keep = tokenizer_to_keep(args.tokenizer, out)
     subsets, skipped, formats = read_sources(sources, args.subset_key, args.strict)
     duplicates = drop_duplicates(subsets)
     splits = split(subsets, args.val_frac, args.seed, args.max_train)
-    parent = os.path.dirname(out)
     os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=os.path.basename(out) + ".tmp-", dir=parent)
+    tmp, lock = aside(out, "tmp")
+    locks = [lock]  # held until the end: a run that is going is never taken for a stale one
     try:
-        meta = write_dataset(args, sources, list(subsets), splits, tmp, out)
+        if keep:  # the --tokenizer is out's own tok.model: the new dataset keeps a copy
+            shutil.copyfile(keep, os.path.join(tmp, "tok.model"))
+        meta = write_dataset(args, sources, list(subsets), splits, tmp, out, bool(keep))
         meta.update(skipped=skipped, duplicates=duplicates, formats=formats)
         meta.update(subset_key=args.subset_key)
         with open(os.path.join(tmp, "meta.json"), "w") as f:
             json.dump(meta, f, indent=1)
         if os.path.exists(out):  # replace the old dataset whole: aside, swap, delete
-            old = tempfile.mkdtemp(prefix=os.path.basename(out) + ".old-", dir=parent)
+            old, lock = aside(out, "old")
+            locks.append(lock)
             os.replace(out, os.path.join(old, "d"))
             os.replace(tmp, out)
             shutil.rmtree(old)
@@ -252,24 +373,26 @@ def prepare(args, sources, out):
     finally:
         if os.path.exists(tmp):
             shutil.rmtree(tmp)
+        for lock in locks:
+            os.close(lock)
     print(f"wrote {out}/{{train.npz, val.npz, meta.json}}")
     return meta
 
 
-def write_dataset(args, sources, names, splits, tmp, out):
-    """Tokenize each split into tmp/<split>.npz; -> meta.json's dict (out: the final folder)."""
-    if args.tokenizer:
-        tok_path = os.path.abspath(args.tokenizer)
-    else:  # a vocabulary trained on the training pairs only, kept inside the dataset
+def write_dataset(args, sources, names, splits, tmp, out, kept=False):
+    """Tokenize each split into tmp/<split>.npz; -> meta.json's dict (out: the final folder;
+    kept: the --tokenizer is out's own tok.model, copied into tmp)."""
+    own = kept or not args.tokenizer  # the dataset's own tok.model, trained here or kept
+    tok_path = os.path.join(out, "tok.model") if own else os.path.abspath(args.tokenizer)
+    if not args.tokenizer:  # a vocabulary trained on the training pairs only
         train_texts = (t for _, r in splits["train"] for t in texts(r))
         try:
             train_sentencepiece(train_texts, os.path.join(tmp, "tok.model"), args.vocab_size)
-        except RuntimeError as e:  # e.g. "Vocabulary size too high (2048). Please set it to..."
-            fail(f"--vocab_size {args.vocab_size}: {str(e).rsplit('] ', 1)[-1]}")
-        tok_path = os.path.join(out, "tok.model")  # where it will be once the folder is renamed
+        except RuntimeError as e:
+            fail(vocab_error(args.vocab_size, e))
         print(f"trained a {args.vocab_size}-piece vocabulary")
-    try:
-        tok = load_tokenizer(os.path.join(tmp, "tok.model") if not args.tokenizer else tok_path)
+    try:  # tok_path is where tok.model will be once the folder is renamed: read it in tmp
+        tok = load_tokenizer(os.path.join(tmp, "tok.model") if own else tok_path)
         fmt = chat_format(tok, args.chat)
     except (OSError, ValueError) as e:
         fail(str(e))
@@ -311,6 +434,20 @@ def write_dataset(args, sources, names, splits, tmp, out):
         "subsets": stats,
         "length_baseline_val": heuristics(enc)[0],  # longer wins, all subsets (enc: val's)
     }
+
+
+def vocab_error(vocab_size, e):
+    """SentencePiece's complaint about --vocab_size, in this script's options (its own advice
+    names trainer flags, such as --character_coverage, that this script does not take)."""
+    said = str(e).rsplit("] ", 1)[-1]
+    need = re.search(r"smaller than required_chars\. \d+ vs (\d+)", said)
+    if need:  # every character of the text, the 256 bytes and the special pieces
+        return (
+            f"--vocab_size {vocab_size} is smaller than the {need.group(1)} pieces the training "
+            f"text needs (one for each of its characters, the 256 bytes, the special ones): "
+            f"pass --vocab_size {need.group(1)} or more, or --tokenizer"
+        )
+    return f"--vocab_size {vocab_size}: {said}"  # e.g. "Vocabulary size too high (2048)..."
 
 
 def main(argv=None):

@@ -3,7 +3,8 @@ Preference rows: reading them from files, whatever their format, and reporting t
 
     pairs, skipped = read_pairs("prefs.jsonl", strict=False)   # [{"prompt", "chosen", ...}]
 
-Files: JSON Lines (.jsonl, optionally .gz) or one JSON array (.json). Rows, detected one by one:
+Files: JSON Lines (.jsonl, optionally .gz: one row object a line) or one JSON array (.json,
+optionally .gz: the whole file is the array). Rows, detected one by one:
     string pairs       {"prompt": str, "chosen": str, "rejected": str}: two responses to a prompt
     HH dialogues       {"chosen": str, "rejected": str}: two full HH-RLHF dialogues (split_dialogue)
     conversational     {"chosen": [messages], "rejected": [messages]} (implicit prompt: the shared
@@ -16,16 +17,21 @@ recursion limit, text holding a lone UTF-16 surrogate ("\\ud800": no tokenizer c
 missing keys, non-string values, empty responses, chosen == rejected; in conversations, a prompt
 that differs between chosen and rejected, no final assistant turn, unknown roles, non-string
 content) are reported with file and line. strict=True stops at the first; strict=False skips them
-and counts them per reason. Nothing is dropped silently. Tokenizing and storing the pairs is
-data/pairs.py's.
+and counts them per reason. Nothing is dropped silently. Files are read as they come, a chunk at
+a time, so memory follows the rows kept, not the file: a line over MAX_ROW_BYTES is skipped
+without being held, blank lines cost nothing, and a .gz stops at MAX_UNPACKED_BYTES unpacked.
+Tokenizing and storing the pairs is data/pairs.py's.
 """
 
+import collections
 import gzip
+import itertools
 import json
 import os
 import re
 import reprlib
 import sys
+import zlib
 
 from nanorm.base.command import UsageError
 
@@ -112,66 +118,210 @@ def _messages(key, messages):
 
 MAX_ROW_BYTES = 4 << 20  # a longer line is reported, not parsed (HH's longest row is ~10 kB)
 MAX_ROW_LINES = 64  # how far a row broken by a raw newline is followed before giving up
+MAX_UNPACKED_BYTES = 4 << 30  # of a .gz, decompressed: a few MB of gzip can unpack to terabytes
+MAX_JSON_BYTES = 256 << 20  # a .json array is parsed whole; JSON Lines are read row by row
+CHUNK = 1 << 20  # how much of a file is read at a time
+BOM = b"\xef\xbb\xbf"  # some editors start UTF-8 text with it; JSON has no use for it
 
 
 def read_pairs(path, strict=True, report=print, subset_key=None):
-    """Read preference pairs from a .jsonl / .jsonl.gz file, or a .json file holding one array.
+    """Read preference pairs from a .jsonl / .jsonl.gz file, or a .json / .json.gz file holding
+    one array (a .json of JSON Lines, as `datasets`' to_json writes, is read as JSON Lines).
 
     Returns (pairs, skipped): each pair is {"prompt", "chosen", "rejected", "format", "where"}
     with where = "file:line" (and "subset": the row's subset_key field, when given), and skipped
     maps each kind of bad row to its count. A bad row (bytes that are not UTF-8, a line over
-    MAX_ROW_BYTES, invalid JSON, a missing key, ...) never stops the reading: it is reported as
-    file:line (the physical line where the row starts) and the rest is read. strict=True raises
-    BadRowError at the first one instead."""
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{path} not found")
-    opener = gzip.open if str(path).endswith(".gz") else open
-    try:
-        with opener(path, "rb") as f:
-            raw = f.read()
-    except (OSError, EOFError) as e:  # gzip's bad header / truncated stream
-        raise BadRowError(f"{path}: unreadable ({e})") from None
+    MAX_ROW_BYTES, invalid JSON, a line that is not one row object, a missing key, ...) never
+    stops the reading: it is reported as file:line (the physical line where the row starts) and
+    the rest is read. strict=True raises BadRowError at the first one instead. What spoils the
+    whole file (a broken gzip stream, a .gz unpacking past MAX_UNPACKED_BYTES, anything after a
+    .json's array) raises BadRowError naming the file, strict or not."""
     pairs, skipped = [], {}
-
-    def bad(e, lineno):
-        if strict:
-            raise BadRowError(f"{path}:{lineno}: {e}") from None
-        report(f"skipping {path}:{lineno}: {e}")
-        kind = str(e).split(":")[0]
-        skipped[kind] = skipped.get(kind, 0) + 1
-
-    if raw.lstrip().startswith(b"["):  # a JSON array (.json): each element is a row
-        for lineno, row in _array_rows(path, raw):
-            try:
-                if isinstance(row, BadRowError):
-                    raise row
-                pairs.append({**to_pair(row, subset_key), "where": f"{path}:{lineno}"})
-            except BadRowError as e:
-                bad(e, lineno)
-        return pairs, skipped
-    lines, i = raw.split(b"\n"), 0
-    while i < len(lines):
-        lineno, used = i + 1, 1
+    for lineno, row in iter_rows(path, measure=not strict):
         try:
-            if len(lines[i]) > MAX_ROW_BYTES:
-                raise BadRowError(f"row too long: {len(lines[i]):,} bytes > {MAX_ROW_BYTES:,}")
-            if lines[i].strip():
-                row, used = _parse_lines(lines, i, subset_key)
-                pairs.append({**row, "where": f"{path}:{lineno}"})
+            if isinstance(row, BadRowError):
+                raise row
+            pairs.append({**to_pair(row, subset_key), "where": f"{path}:{lineno}"})
         except BadRowError as e:
-            bad(e, lineno)
-            used = max(used, getattr(e, "lines", 1))
-        i += used
+            if strict:
+                raise BadRowError(f"{path}:{lineno}: {e}") from None
+            report(f"skipping {path}:{lineno}: {e}")
+            kind = str(e).split(":")[0]
+            skipped[kind] = skipped.get(kind, 0) + 1
     return pairs, skipped
 
 
-def _array_rows(path, raw):
-    """(line, row) for each element of a JSON array. One syntax error spoils the whole array
-    (there is no next line to resume at), so it stops the reading, naming its line."""
+def iter_rows(path, measure=True):
+    """(line, parsed JSON value) of each row of a preference file, or (line, BadRowError) for a
+    row that cannot be parsed; rows are read as they come, so memory follows the rows, not the
+    file (blank lines cost nothing). measure=False reports a line over MAX_ROW_BYTES as soon as
+    it is seen (its length then is "more than"); else its length is counted as it is skipped."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path} not found")
+    gz = str(path).endswith(".gz")
     try:
-        text = _decode(raw)
+        with gzip.open(path, "rb") if gz else open(path, "rb") as f:
+            if re.search(r"\.json(\.gz)?$", str(path)) and _first_byte(path, f) == b"[":
+                f.seek(0)
+                yield from _array_rows(path, _read_array(path, f, gz))
+            else:
+                f.seek(0)
+                yield from _line_rows(path, _lines(path, f, measure))
+    except (OSError, EOFError, zlib.error) as e:  # gzip's bad header, cut or corrupt stream
+        raise BadRowError(
+            f"{path}: unreadable ({e}): the file is damaged or not what its name says; copy it "
+            "again"
+        ) from None
+
+
+def _chunks(path, f):
+    """The file's bytes, CHUNK at a time, a leading BOM dropped; of a .gz, at most
+    MAX_UNPACKED_BYTES (a plain file holds what its size says)."""
+    total, first, gz = 0, True, str(path).endswith(".gz")
+    while chunk := f.read(CHUNK):
+        total += len(chunk)
+        if gz and total > MAX_UNPACKED_BYTES:
+            raise BadRowError(
+                f"{path}: more than {MAX_UNPACKED_BYTES:,} bytes once decompressed: split it "
+                "into several files (--src takes many), or decompress it if it is real data"
+            )
+        if first and chunk.startswith(BOM):
+            chunk = chunk[len(BOM) :]
+        first = False
+        yield chunk
+
+
+def _first_byte(path, f):
+    """The first byte that is not whitespace (b"" in an empty file): "[" starts a JSON array."""
+    for chunk in _chunks(path, f):
+        if chunk := chunk.lstrip():
+            return chunk[:1]
+    return b""
+
+
+def _read_array(path, f, gz):
+    """A .json file's text, whole: at most MAX_JSON_BYTES, its size checked before it is read."""
+    over = os.path.getsize(path) > MAX_JSON_BYTES if not gz else False
+    raw = b"" if over else f.read(MAX_JSON_BYTES + 1)
+    if over or len(raw) > MAX_JSON_BYTES:
+        unpacked = " once decompressed" if gz else ""
+        raise BadRowError(
+            f"{path}: a JSON array of more than {MAX_JSON_BYTES:,} bytes{unpacked}, which would "
+            "be parsed whole: write it as JSON Lines (.jsonl, one row a line), read row by row"
+        )
+    raw = raw.removeprefix(BOM)
+    try:
+        return _decode(raw)
     except BadRowError as e:
         raise BadRowError(f"{path}: {e} (a JSON array is read whole)") from None
+
+
+_BLANK = re.compile(rb"[ \t\r\n]*")
+
+
+def _lines(path, f, measure=True):
+    """(line number, bytes) of each line holding more than whitespace, split from CHUNK-sized
+    reads: blank lines are counted in C, never held; a line over MAX_ROW_BYTES is never held
+    whole either: it comes as (line number, BadRowError) and is skipped to its end."""
+    chunks = itertools.chain(_chunks(path, f), [b"\n"])  # the last line ends like the others
+    rest, lineno = b"", 1  # rest: the start of a line whose end is not read yet
+    for chunk in chunks:
+        buf, pos = rest + chunk, 0
+        while True:
+            end = _BLANK.match(buf, pos).end()
+            if (nl := buf.rfind(b"\n", pos, end)) >= 0:  # blank lines: counted, not split
+                lineno += buf.count(b"\n", pos, end)
+                pos = nl + 1
+            if (nl := buf.find(b"\n", end)) < 0:
+                break
+            yield lineno, buf[pos:nl] if nl - pos <= MAX_ROW_BYTES else _too_long(nl - pos)
+            lineno, pos = lineno + 1, nl + 1
+        rest = buf[pos:]
+        if len(rest) > MAX_ROW_BYTES:  # read on to the line's end, keeping none of it
+            n, blank = len(rest), _BLANK.fullmatch(rest)  # (spaces alone: a blank line)
+            rest, told = b"", False
+            for chunk in itertools.chain([b""], chunks):
+                if not blank and not measure and not told:  # strict: stop as soon as seen
+                    told = True
+                    yield lineno, _too_long(n, more=True)
+                nl = chunk.find(b"\n")
+                blank = blank and _BLANK.fullmatch(chunk, 0, len(chunk) if nl < 0 else nl)
+                if nl >= 0:
+                    n, rest = n + nl, chunk[nl + 1 :]
+                    break
+                n += len(chunk)
+            if not blank and not told:
+                yield lineno, _too_long(n, more=not measure)
+            lineno += 1
+
+
+def _too_long(n, more=False):
+    n = f"more than {MAX_ROW_BYTES:,} bytes" if more else f"{n:,} bytes > {MAX_ROW_BYTES:,}"
+    return BadRowError(f"row too long: {n}")
+
+
+def _line_rows(path, lines):
+    """(line, row or BadRowError) for each JSON Lines row. A row whose string holds a raw
+    newline spans several lines: it is reported once, at its first line, and the lines it
+    covers are skipped, instead of reporting each piece at the wrong line. A file whose first
+    line opens an array alone is a JSON array written over many lines: refused, naming it,
+    rather than each of its lines reported as a bad row."""
+    ahead = collections.deque()  # lines read to follow a broken row, then given back
+    first = True
+    while ahead or (nxt := next(lines, None)) is not None:
+        lineno, line = ahead.popleft() if ahead else nxt
+        if first and isinstance(line, bytes) and line.strip() == b"[":
+            raise BadRowError(
+                f"{path}:{lineno}: a JSON array starts here, over many lines: a .jsonl file "
+                "holds one row object a line; an array of rows is a .json file: rename it"
+            )
+        first = False
+        if isinstance(line, BadRowError):
+            yield lineno, line
+            continue
+        try:
+            text = _decode(line)
+            row = _parse(text)
+            if isinstance(row, list):  # never read as the file's rows: this line is one row
+                raise BadRowError(f"invalid row: expected a JSON object, got an array{_hint(text)}")
+            yield lineno, row
+        except BadRowError as e:
+            if str(e).startswith("invalid JSON: Unterminated string"):
+                e = _raw_newline(lineno, text, lines, ahead) or e
+            yield lineno, e
+
+
+def _raw_newline(lineno, text, lines, ahead):
+    """The error for a row broken by raw newlines, at `lineno`, if the lines after it close it
+    (they are then used up); else None, and every line read is given back to `ahead`."""
+    read, last = [], lineno
+    while len(text) <= MAX_ROW_BYTES:
+        nxt = ahead.popleft() if ahead else next(lines, None)
+        if nxt is None:
+            break
+        read.append(nxt)
+        j, line = nxt
+        if j >= lineno + MAX_ROW_LINES or isinstance(line, BadRowError):
+            break
+        try:
+            text += "\n" * (j - last) + _decode(line)  # blank lines between come back as "\n"
+        except BadRowError:
+            break
+        last = j
+        try:
+            json.loads(text, strict=False)  # strict=False: allow raw newlines in strings
+        except (json.JSONDecodeError, RecursionError):
+            continue
+        err = BadRowError(f"invalid JSON: a raw newline inside a string (lines {lineno}-{j})")
+        return err  # the lines it covers are used up
+    ahead.extendleft(reversed(read))
+    return None
+
+
+def _array_rows(path, text):
+    """(line, row) for each element of a .json file's one JSON array. One syntax error spoils
+    the whole array (there is no next line to resume at), so it stops the reading, naming its
+    line, and so does anything after the array's closing "]": a second array would be lost."""
     decoder, i, line = json.JSONDecoder(), text.index("[") + 1, 1
     seen = 0  # text[:seen] holds `line - 1` newlines: count each character once
     while True:
@@ -181,6 +331,13 @@ def _array_rows(path, raw):
             lines = text.count("\n") + 1
             raise BadRowError(f"{path}:{lines}: invalid JSON: the array has no closing ']'")
         if text[i] == "]":
+            after = _SPACE.match(text, i + 1).end()
+            if after < len(text):  # a second array, rows as JSON Lines: never a silent prefix
+                raise BadRowError(
+                    f"{path}:{text.count(chr(10), 0, after) + 1}: more JSON after the array "
+                    f"that ends at line {text.count(chr(10), 0, i) + 1}: a .json file is one "
+                    "array of rows; put every row in it, or one row a line in a .jsonl file"
+                )
             return
         line, seen = line + text.count("\n", seen, i), i
         try:
@@ -193,6 +350,7 @@ def _array_rows(path, raw):
         yield line, row
 
 
+_SPACE = re.compile(r"[ \t\r\n]*")
 _JSON_PARTS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[][{}]')  # a string, or a bracket
 
 
@@ -221,38 +379,25 @@ def _decode(raw):
         raise BadRowError(f"not UTF-8: byte 0x{bad} at column {e.start + 1}") from None
 
 
-def _parse_lines(lines, i, subset_key=None):
-    """(row, number of physical lines it used) for the row starting at lines[i]. A row whose
-    string holds a raw newline spans several lines: report it once, at its first line, and
-    skip the lines it covers, instead of reporting each piece at the wrong line."""
-    text = _decode(lines[i])
+def _parse(text):
+    """One JSON Lines row's text -> its JSON value."""
     try:
-        return parse_row(text, subset_key), 1
-    except BadRowError as e:
-        if not str(e).startswith("invalid JSON: Unterminated string"):
-            raise
-        for j in range(i + 1, min(len(lines), i + MAX_ROW_LINES)):
-            text += "\n" + _decode(lines[j])
-            try:
-                json.loads(text, strict=False)  # strict=False: allow raw newlines in strings
-            except json.JSONDecodeError:
-                continue
-            err = BadRowError(
-                f"invalid JSON: a raw newline inside a string (lines {i + 1}-{j + 1})"
-            )
-            err.lines = j - i + 1
-            raise err from None
-        raise
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise BadRowError(f"invalid JSON: {e.msg} at column {e.colno}{_hint(text)}") from None
+    except RecursionError:  # json's parser recurses once per level: [[[[...]]]] 100k deep
+        raise too_deep() from None
+
+
+def _hint(text):
+    """What a line that opens an array likely is: a .json file's array, in a .jsonl file."""
+    if not text.lstrip().startswith("["):
+        return ""
+    return " (a .jsonl file holds one row object a line; an array of rows is a .json file)"
 
 
 def parse_row(line: str, subset_key=None):
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise BadRowError(f"invalid JSON: {e.msg} at column {e.colno}") from None
-    except RecursionError:  # json's parser recurses once per level: [[[[...]]]] 100k deep
-        raise too_deep() from None
-    return to_pair(row, subset_key)
+    return to_pair(_parse(line), subset_key)
 
 
 def to_pair(row, subset_key=None):

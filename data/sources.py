@@ -9,8 +9,7 @@ Raw text is tokenized here in the checkpoint's chat layout, as data/prepare.py w
 """
 
 import glob
-import gzip
-import json
+import itertools
 import os
 import re
 import tempfile
@@ -18,7 +17,7 @@ from dataclasses import dataclass
 
 from data.pairs import PairDataset, encode_pair, open_dataset, write_pairs
 from data.prepare import subset_name
-from data.rows import BadRowError, read_pairs
+from data.rows import BadRowError, iter_rows, read_pairs
 from verifiable import extract_gsm8k, gsm8k_reward
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -56,26 +55,15 @@ def data_kind(spec):
     )
 
 
-def raw_lines(path):
-    opener = gzip.open if path.endswith(".gz") else open
-    try:
-        with opener(path, "rb") as f:
-            return f.read().split(b"\n")
-    except (OSError, EOFError) as e:  # gzip's bad header / truncated stream
-        raise ValueError(f"{path}: unreadable ({e})") from None
-
-
 def first_row(path):
-    """The first row of a .jsonl(.gz) file, or of a .json(.gz) file's one array."""
-    lines = raw_lines(path)
-    whole = re.search(r"\.json(\.gz)?$", path)  # one JSON array, as data/prepare.py reads
-    line = b"\n".join(lines) if whole else next((x for x in lines if x.strip()), None)
+    """The first row of a .jsonl(.gz) file, or of a .json(.gz) file's one array (read as
+    data/prepare.py reads them: row by row, so a huge file costs no more than its first row)."""
     try:
-        row = json.loads(line) if line is not None else None
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
-        row = None
-    if whole and isinstance(row, list):
-        row = row[0] if row else None
+        lineno, row = next(iter_rows(path, measure=False), (1, None))
+    except BadRowError as e:  # the file itself: unreadable, too big
+        raise ValueError(str(e)) from None
+    if isinstance(row, BadRowError):
+        raise ValueError(f"{path}:{lineno}: its first row is not a JSON object ({row})")
     if not isinstance(row, dict):
         raise ValueError(f"{path}: its first row is not a JSON object")
     return row
@@ -92,14 +80,20 @@ def gsm8k_pairs(path, limit=None):
     whose solutions are all correct or all wrong has no pair and is left out (and counted).
     -> (pairs, candidates per question for best_of_n, questions left out)."""
     pairs, candidates, left_out = [], [], 0
-    rows = [(i + 1, x) for i, x in enumerate(raw_lines(path)) if x.strip()][:limit]
-    for lineno, line in rows:
-        try:
-            row = json.loads(line)
-            question, answer = row["question"], row["answer"]
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, RecursionError):
-            raise ValueError(f"{path}:{lineno}: not a GSM8K row {{question, answer}}") from None
+    try:
+        rows = list(itertools.islice(iter_rows(path, measure=False), limit))
+    except BadRowError as e:  # the file itself: unreadable, too big
+        raise ValueError(str(e)) from None
+    for lineno, row in rows:
+        if isinstance(row, BadRowError):
+            raise ValueError(f"{path}:{lineno}: not a GSM8K row: {row}")
+        keys = ("question", "answer")
+        if not isinstance(row, dict) or not all(isinstance(row.get(k), str) for k in keys):
+            raise ValueError(f"{path}:{lineno}: not a GSM8K row {{question, answer}} (strings)")
+        question, answer = row["question"], row["answer"]
         if "solutions" in row:
+            if not isinstance(row["solutions"], list):
+                raise ValueError(f"{path}:{lineno}: 'solutions' is not a list of strings")
             sols = [s for s in row["solutions"] if isinstance(s, str) and s.strip()]
         else:
             right = re.sub(r"<<[^>]*>>", "", answer)
@@ -181,15 +175,14 @@ def load_source(kind, path, args, info, tokenizer):
     files = sorted(glob.glob(os.path.join(path, "*", "*.jsonl*"))) if kind == "folder" else [path]
     pairs, names = [], []
     for file in files:
+        subset_key = "subset" if kind == "rewardbench" else None  # RewardBench names its own
         try:
-            got, skipped = read_pairs(file, strict=False)
+            got, skipped = read_pairs(file, strict=False, subset_key=subset_key)
         except BadRowError as e:
             raise ValueError(str(e)) from None
         got = got[: args.max_pairs]
-        if kind == "rewardbench":  # read_pairs keeps prompt/chosen/rejected: the subset is here
-            lines = raw_lines(file)
-            rows = [json.loads(lines[int(p["where"].rsplit(":", 1)[1]) - 1]) for p in got]
-            names += [str(r["subset"]) for r in rows]
+        if kind == "rewardbench":
+            names += [p["subset"] for p in got]
         else:
             names += [subset_name(file)] * len(got)
         pairs += got
