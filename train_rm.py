@@ -353,7 +353,7 @@ def train(cfg, proc):
     steps_per_epoch = len(train) // (cfg.batch_size * cfg.grad_accum * proc.world)
     if cfg.epochs:  # each epoch is that many steps (the last partial batch is dropped)
         cfg = replace(cfg, max_iters=cfg.epochs * steps_per_epoch)
-    rm = build_model(cfg, meta).to(proc.device)
+    rm = build_model(cfg, meta, (train, val)).to(proc.device)
     proc = runtime.with_dtype(proc, cfg.dtype, rm.backbone.config)  # auto: bf16 only where it pays
     load_full_state = None  # how a sharded model takes a full state (--resume)
     if cfg.fsdp:  # before the optimizer, which must hold the shards

@@ -6,7 +6,7 @@ cache of the frozen layers' output, AdamW's parameter groups. A feature behind a
 imported where its flag is handled, so a default run loads only what it runs.
 
     meta, train, val = load_data(cfg, proc)           # the prepared pairs (rank 0 builds arith)
-    rm = build_model(cfg, meta)                       # on the CPU, frozen weights marked
+    rm = build_model(cfg, meta, (train, val))         # on the CPU, frozen weights marked
     options = model_options(rm, cfg)                  # the model's own loss() options
     train_cache, val_cache = open_caches(cfg, proc, rm, train, val, say)
     optimizer = make_optimizer(rm, cfg, device)       # AdamW, decay on matrices alone
@@ -57,8 +57,9 @@ def load_data(cfg, proc):
     return meta, train, val
 
 
-def build_model(cfg, meta):
-    """The reward model, on the CPU, its frozen weights marked requires_grad=False."""
+def build_model(cfg, meta, data=()):
+    """The reward model, on the CPU, its frozen weights marked requires_grad=False; data (the
+    pair datasets it will read): their longest row must fit the model's max_seq_len."""
     Model = LMRegularizedRewardModel if cfg.lm_coef > 0 else RewardModel
     if cfg.length_head:
         from nanorm.length_head import LengthDebiasedRewardModel  # --length_head
@@ -95,6 +96,15 @@ def build_model(cfg, meta):
             raise UsageError(str(e) if cfg.init in str(e) else f"{cfg.init}: {e}") from None
     if cfg.subset_experts:
         rm.set_experts(len(meta["groups"]))
+    longest = max((int(d.lengths(cfg.pack).max(initial=0)) for d in data), default=0)
+    limit = rm.backbone.config.max_seq_len
+    if longest > limit:  # prepare's --max_len and the model's max_seq_len are set apart
+        fix = f", or --max_seq_len {longest}" if cfg.init == "scratch" else ""
+        raise UsageError(
+            f"{cfg.dataset} holds rows of {longest} tokens (prepared with --max_len "
+            f"{meta.get('max_len', '?')}), longer than the model's max_seq_len {limit}: prepare it "
+            f"with --max_len {limit}{fix}"
+        )
     vocab = rm.backbone.config.vocab_size
     if vocab < meta["vocab_size"]:
         raise UsageError(

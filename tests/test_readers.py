@@ -20,10 +20,10 @@ import pytest
 from conftest import ROOT, shared_path
 
 import data.rows as rows_mod
-from data import UsageError, run
 from data.prepare import main as prepare
 from data.rows import BadRowError, read_pairs
 from data.sources import first_row, gsm8k_pairs
+from nanorm.base.command import UsageError, run
 
 
 def row(i):
@@ -333,13 +333,6 @@ def test_a_gsm8k_row_of_the_wrong_types_is_named(tmp_path):
 
 # ----------------------------------------------- prepare's defaults agree with train_rm.py's
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="train_rm.py (nanorm/build.py) does not yet compare the dataset's max_len with the "
-    "model's max_seq_len: the model's forward raises 'sequence length 512 exceeds max_seq_len "
-    "256' with a traceback",
-)
 def test_a_dataset_longer_than_the_model_is_one_line_naming_both_options(tmp_path):
     """prepare's default --max_len (512) against train_rm.py's default --max_seq_len (256, --init
     scratch): a pair longer than the model is one line saying which option to change."""
