@@ -38,7 +38,6 @@ killed midway leaves a folder aside, which the next run removes (and a dataset s
 it puts back). Bad rows are reported by file and line and counted; --strict stops at the first.
 """
 
-import argparse
 import fcntl
 import glob
 import json
@@ -49,6 +48,7 @@ import secrets
 import shutil
 import sys
 from collections import Counter
+from dataclasses import dataclass
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the root
 
@@ -56,7 +56,7 @@ from data.chat import chat_format
 from data.pairs import encode_pair, length_heuristics, write_pairs
 from data.rows import BadRowError, read_pairs
 from data.tokenizer import load_tokenizer, tokenizer_fingerprint, train_sentencepiece
-from nanorm.base.command import ArgumentParser, UsageError, run
+from nanorm.base.command import NON_NEGATIVE, REQUIRED, UsageError, one_of, opt, parse_config, run
 
 EXTENSIONS = (".jsonl", ".jsonl.gz", ".json", ".json.gz")
 SPLIT_NAMES = ("train", "test", "val", "valid", "validation", "dev")  # not a subset's name
@@ -184,32 +184,32 @@ def heuristics(encoded):
     return round(h.longer_wins, 4), round(h.shorter_wins, 4), h.ties
 
 
-def add_arguments(p):
+@dataclass(kw_only=True)
+class PrepareOptions:
     """The options every prepare script shares (data/hh_rlhf/prepare.py adds its own)."""
-    p.add_argument("--tokenizer", default=None, help=".gguf, tokenizer.json, HF dir, .model, .bin")
-    p.add_argument("--chat", default="auto", choices=("auto", "plain", "chatml", "llama3"))
-    p.add_argument("--subset_key", default=None, help="a row field naming each pair's subset")
-    p.add_argument("--vocab_size", type=int, default=2048, help="when training a vocabulary")
-    p.add_argument(
-        "--max_len",
-        type=int,
-        default=512,
-        help="tokens per prompt + response; the model's max_seq_len must hold it",
+
+    tokenizer: str | None = opt(None, ".gguf, tokenizer.json, HF dir, .model, .bin")
+    chat: str = opt("auto", "the chat layout", one_of("auto", "plain", "chatml", "llama3"))
+    subset_key: str | None = opt(None, "a row field naming each pair's subset")
+    vocab_size: int = opt(2048, "when training a vocabulary", (lambda v: v >= 256, ">= 256"))
+    max_len: int = opt(
+        512,
+        "tokens per prompt + response; the model's max_seq_len must hold it",
+        (lambda v: v >= 8, ">= 8"),
     )
-    p.add_argument("--val_frac", type=float, default=0.2, help="held-out part of each subset")
-    p.add_argument("--max_train", type=int, default=None, help="training pairs per subset, at most")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--strict", action="store_true", help="stop at the first bad row")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing dataset")
+    val_frac: float = opt(0.2, "held-out part of each subset", (lambda v: 0 < v < 1, "in (0, 1)"))
+    max_train: int | None = opt(
+        None, "training pairs per subset, at most", (lambda v: v is None or v >= 1, ">= 1")
+    )
+    seed: int = opt(0, "seeds the split and the order", NON_NEGATIVE)
+    strict: bool = opt(False, "stop at the first bad row")
+    overwrite: bool = opt(False, "replace an existing dataset")
 
 
-def check_arguments(p, args):
-    if not 0 < args.val_frac < 1:
-        p.error(f"--val_frac must be in (0, 1), got {args.val_frac}")
-    if args.max_train is not None and args.max_train < 1:
-        p.error(f"--max_train must be >= 1, got {args.max_train}")
-    if args.max_len < 8 or args.vocab_size < 256:
-        p.error("--max_len must be at least 8 and --vocab_size at least 256")
+@dataclass(kw_only=True)
+class PrepareConfig(PrepareOptions):
+    src: list[str] = opt(REQUIRED, "preference files or folders of them")
+    out_dir: str = opt(REQUIRED, "the dataset folder train_rm.py reads")
 
 
 DATASET_FILES = {"meta.json", "train.npz", "val.npz", "tok.model"}  # all this script writes
@@ -451,12 +451,7 @@ def vocab_error(vocab_size, e):
 
 
 def main(argv=None):
-    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--src", nargs="+", required=True, help="preference files or folders of them")
-    p.add_argument("--out_dir", required=True, help="the dataset folder train_rm.py reads")
-    add_arguments(p)
-    args = p.parse_args(argv)
-    check_arguments(p, args)
+    args = parse_config(PrepareConfig, argv, description=__doc__)
     return prepare(args, find_sources(args.src), args.out_dir)
 
 

@@ -16,18 +16,18 @@ length_heuristics), which stays near 0.5. A tiny LLaMA learns it from scratch on
 a few minutes (with the LM term: see train_rm.py).
 """
 
-import argparse
 import json
 import os
 import random
 import sys
+from dataclasses import dataclass
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the project root
 
 from data.pairs import encode_pair, length_heuristics, write_pairs
 from data.tokenizer import SentencePieceTokenizer, tokenizer_fingerprint, train_sentencepiece
-from nanorm.base.command import ArgumentParser, UsageError, run
+from nanorm.base.command import UsageError, opt, parse_config, run
 from verifiable import gsm8k_reward
 
 QUESTIONS = ["What is {a} {op} {b}?", "Compute {a} {op} {b}.", "{a} {op} {b} = ?"]
@@ -61,20 +61,25 @@ def make_pair(rng, max_operand):
     return {"prompt": q.format(a=a, b=b, op=op), "chosen": " " + right, "rejected": " " + wrong}
 
 
+def at_least(n):
+    return (lambda v: v >= n, f">= {n}")
+
+
+@dataclass
+class ArithConfig:
+    out_dir: str = opt(HERE, "the dataset folder")
+    n_train: int = opt(20000, "training pairs", at_least(1))
+    n_val: int = opt(1000, "held-out pairs", at_least(1))
+    max_operand: int = opt(9, "operands from 0 to this", at_least(1))
+    vocab_size: int = opt(
+        320, "of the SentencePiece vocabulary (256 bytes + 3 at least)", at_least(259)
+    )
+    max_len: int = opt(64, "tokens per prompt + response", at_least(8))
+    seed: int = opt(0, "seeds the questions and the split", at_least(0))
+
+
 def main(argv=None):
-    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--out_dir", default=HERE)
-    p.add_argument("--n_train", type=int, default=20000)
-    p.add_argument("--n_val", type=int, default=1000)
-    p.add_argument("--max_operand", type=int, default=9)
-    p.add_argument("--vocab_size", type=int, default=320)
-    p.add_argument("--max_len", type=int, default=64)
-    p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args(argv)
-    least = dict(n_train=1, n_val=1, max_operand=1, max_len=8, vocab_size=259)  # 256 bytes + 3
-    for name, lo in least.items():
-        if getattr(args, name) < lo:
-            p.error(f"--{name} must be >= {lo}, got {getattr(args, name)}")
+    args = parse_config(ArithConfig, argv, description=__doc__)
 
     rng = random.Random(args.seed)
     val = [make_pair(rng, args.max_operand) for _ in range(args.n_val)]

@@ -23,17 +23,17 @@ whole (written aside, then renamed). Bad rows are reported by file and line and 
 --strict stops at the first.
 """
 
-import argparse
 import os
 import shutil
 import sys
 import urllib.request
+from dataclasses import dataclass
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the project root
 
-from data.prepare import add_arguments, check_arguments, find_sources, prepare
-from nanorm.base.command import ArgumentParser, UsageError, atomic_write, run
+from data.prepare import PrepareOptions, find_sources, prepare
+from nanorm.base.command import UsageError, atomic_write, one_of, opt, parse_config, run
 
 SUBSETS = ("helpful-base", "harmless-base", "helpful-online", "helpful-rejection-sampled")
 URL = "https://huggingface.co/datasets/Anthropic/hh-rlhf/resolve/main/{subset}/{split}.jsonl.gz"
@@ -51,17 +51,18 @@ def download(subset, split):
     return path
 
 
+@dataclass(kw_only=True)
+class HHConfig(PrepareOptions):
+    src: list[str] | None = opt(None, "local .jsonl(.gz) files or folders of them")
+    subset: str | None = opt(None, f"download this subset ({', '.join(SUBSETS)})")
+    split: str = opt("train", "the split to download", one_of("train", "test"))
+    out_dir: str | None = opt(None, "default data/hh_rlhf/<subset>")
+
+
 def main(argv=None):
-    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--src", nargs="+", help="local .jsonl(.gz) files or folders of them")
-    p.add_argument("--subset", default=None, help=f"download this subset ({', '.join(SUBSETS)})")
-    p.add_argument("--split", default="train", choices=("train", "test"))
-    p.add_argument("--out_dir", default=None, help="default data/hh_rlhf/<subset>")
-    add_arguments(p)
-    args = p.parse_args(argv)
-    check_arguments(p, args)
+    args = parse_config(HHConfig, argv, description=__doc__)
     if not args.src and args.subset not in SUBSETS:
-        p.error(f"give --src, or --subset (one of {', '.join(SUBSETS)}) to download")
+        raise UsageError(f"give --src, or --subset (one of {', '.join(SUBSETS)}) to download")
 
     sources = find_sources(args.src) if args.src else None
     name = args.subset

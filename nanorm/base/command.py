@@ -80,24 +80,28 @@ def one_of(*names):
 
 
 def value_type(f):
-    """The type an option's text is read as: its annotation's (float for `float | None`, str
-    for `list[str]`)."""
+    """The type an option's value has: its annotation's, less None (float for `float | None`,
+    list[str] for `list[str] | None`)."""
+    if getattr(f.type, "__origin__", None) is list:
+        return f.type
     args = [a for a in getattr(f.type, "__args__", ()) if a is not type(None)]
     return args[0] if args else f.type
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """--help: each option's default beside its help, the description as written."""
 
 
 def parse_config(cls, argv=None, description=None):
     """An instance of the dataclass cls from the command line: --field for every field (a bool
     takes --x, --x true/false/1/0; never a silent False), each value checked by its field's
     check. A value that fails is one line: --field must be ..., got ..."""
-    p = ArgumentParser(
-        description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter
-    )
+    p = ArgumentParser(description=description, formatter_class=HelpFormatter)
     for f in fields(cls):
         if value_type(f) is bool:  # bool, or bool | None (unset: None)
             kind = dict(type=boolean, nargs="?", const=True)
-        elif getattr(f.type, "__origin__", None) is list:  # list[str]: one or more values
-            kind = dict(type=f.type.__args__[0], nargs="+")
+        elif getattr(value_type(f), "__origin__", None) is list:  # list[str]: one or more
+            kind = dict(type=value_type(f).__args__[0], nargs="+")
         else:
             kind = dict(type=value_type(f))
         if f.default is MISSING:
