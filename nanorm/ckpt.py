@@ -220,6 +220,13 @@ def resume(path, rm, optimizer, device, meta, load_full_state=None, same=None):
 NOT_RESUMED = "it cannot be resumed; start afresh with --overwrite (its weights still score)"
 
 
+def _shown(value):
+    """A field's value as a message shows it: short, a tensor by its dtype and size."""
+    if isinstance(value, torch.Tensor):
+        return f"a {str(value.dtype).removeprefix('torch.')} tensor of {value.numel():,} values"
+    return reprlib.repr(value)
+
+
 def _check_resume_fields(ckpt, path, device):
     """What resume reads besides the weights, each of its type, refused by name: the step a
     run continues from (a negative one would resume before its start and drop its log rows),
@@ -228,8 +235,9 @@ def _check_resume_fields(ckpt, path, device):
     checkpoint)."""
 
     def bad(key, want):
-        value = reprlib.repr(ckpt.get(key))
-        return UsageError(f"{path}: its {key} is {value}, not {want}: {NOT_RESUMED}")
+        return UsageError(
+            f"{path}: its {key} is {_shown(ckpt.get(key))}, not {want}: {NOT_RESUMED}"
+        )
 
     step = ckpt["step"]
     if type(step) is not int or step < 0:
@@ -310,7 +318,7 @@ def check_record(record, path, fields=SCORING_FIELDS):
     record = {k: record[k] for k in fields if k in record}
 
     def fail(key, value, want, fix=DAMAGED):
-        raise UsageError(f"{path}: its {key} is {reprlib.repr(value)}, not {want}: {fix}")
+        raise UsageError(f"{path}: its {key} is {_shown(value)}, not {want}: {fix}")
 
     def real(x):
         return type(x) in (int, float) and math.isfinite(x)
