@@ -28,9 +28,14 @@ What ckpt.pt holds: one dict, torch.save'd, read with weights_only=True (tensors
     trainable             LoRA runs only: the adapters and head (`model` holds them merged)
     optimizer, step, rng, cuda_rng   what --resume needs to continue exactly
     lr_scheduler          the scheduler's state_dict (train_rm's is a function of the step)
+Each field is checked where it is read (check_record for scoring, resume for its own): a damaged
+one is one line naming it and the file. A field that nothing reads never refuses the file, so a
+ckpt.pt that cannot be resumed still scores.
 """
 
+import math
 import os
+import reprlib
 import sys
 import tempfile
 from dataclasses import asdict
@@ -45,7 +50,7 @@ from data.tokenizer import (
     tokenizer_fingerprint,
 )
 from model import Transformer
-from nanorm.base.checkpoints import Checkpoint, load
+from nanorm.base.checkpoints import Checkpoint, finite, load, plain_file_name
 from nanorm.base.command import UsageError, atomic_write
 from nanorm.base.runtime import Diverged, all_reduce_sum
 from reward import LMRegularizedRewardModel, RewardModel
@@ -152,6 +157,8 @@ def resume(path, rm, optimizer, device, meta, load_full_state=None, same=None):
     ckpt = _ours(path, "it cannot be resumed").record  # on the CPU; loading copies it over
     if not {"optimizer", "rng", "step"} <= ckpt.keys():
         raise UsageError(f"{path} holds no optimizer state: it cannot be resumed")
+    check_record(ckpt, path, ("data_meta", "train_config"))  # what resume reads of them
+    _check_resume_fields(ckpt, path, device)  # before anything of the run is changed
     old = ckpt.get("data_meta") or {}
     for key in ("vocab_size", "tokenizer_fingerprint"):
         if old.get(key) is not None and meta.get(key) is not None and old[key] != meta[key]:
@@ -194,11 +201,81 @@ def resume(path, rm, optimizer, device, meta, load_full_state=None, same=None):
             "(its train_config)"
         ) from None
     if not load_full_state:
-        optimizer.load_state_dict(ckpt["optimizer"])
+        try:
+            optimizer.load_state_dict(ckpt["optimizer"])
+            for p, state in optimizer.state.items():  # a moment per weight, of its shape
+                for k, v in state.items():
+                    if isinstance(v, torch.Tensor) and v.dim() and v.shape != p.shape:
+                        raise ValueError(f"its {k} is {tuple(v.shape)}, a weight {tuple(p.shape)}")
+        except (ValueError, KeyError, TypeError, IndexError, RuntimeError) as e:
+            raise UsageError(
+                f"{path}: its optimizer state does not fit this run's optimizer "
+                f"({' '.join(str(e).split())[:200]}): {NOT_RESUMED}"
+            ) from None
     torch.set_rng_state(ckpt["rng"].cpu())
     if "cuda_rng" in ckpt and device.startswith("cuda"):
         torch.cuda.set_rng_state_all([s.cpu() for s in ckpt["cuda_rng"]])
     return ckpt["step"]
+
+
+NOT_RESUMED = "it cannot be resumed; start afresh with --overwrite (its weights still score)"
+
+
+def _shown(value):
+    """A field's value as a message shows it: short, a tensor by its dtype and size."""
+    if isinstance(value, torch.Tensor):
+        return f"a {str(value.dtype).removeprefix('torch.')} tensor of {value.numel():,} values"
+    return reprlib.repr(value)
+
+
+def _check_resume_fields(ckpt, path, device):
+    """What resume reads besides the weights, each of its type, refused by name: the step a
+    run continues from (a negative one would resume before its start and drop its log rows),
+    the RNG states (CUDA's on a GPU), the optimizer's groups and finite moments (a NaN moment
+    makes the first update NaN, and the run would stop naming this file as its last good
+    checkpoint)."""
+
+    def bad(key, want):
+        return UsageError(
+            f"{path}: its {key} is {_shown(ckpt.get(key))}, not {want}: {NOT_RESUMED}"
+        )
+
+    step = ckpt["step"]
+    if type(step) is not int or step < 0:
+        raise bad("step", "a step count (an integer >= 0)")
+    world = ckpt.get("world", 1)
+    if type(world) is not int or world < 1:
+        raise bad("world", "a number of processes (an integer >= 1)")
+    rng, want = ckpt["rng"], torch.get_rng_state()
+    if not isinstance(rng, torch.Tensor) or rng.dtype != want.dtype or rng.shape != want.shape:
+        raise bad("rng", f"torch's RNG state ({want.numel():,} bytes)")
+    cuda = ckpt.get("cuda_rng", []) if device.startswith("cuda") else []
+    if not isinstance(cuda, (list, tuple)) or not all(
+        isinstance(t, torch.Tensor) and t.dtype == torch.uint8 for t in cuda
+    ):
+        raise bad("cuda_rng", "a list of CUDA RNG states")
+    opt = ckpt["optimizer"]
+    groups = opt.get("param_groups") if isinstance(opt, dict) else None
+    if not (
+        isinstance(opt, dict)
+        and isinstance(opt.get("state"), dict)
+        and isinstance(groups, list)
+        and all(isinstance(g, dict) and isinstance(g.get("params"), list) for g in groups)
+    ):
+        raise bad("optimizer", "an optimizer's state (state, param_groups)")
+    for i, state in opt["state"].items():
+        for k, v in state.items() if isinstance(state, dict) else ():
+            if isinstance(v, torch.Tensor) and v.is_floating_point() and not finite(v):
+                raise UsageError(
+                    f"{path}: its optimizer state is not finite ({k} of weight {i}): the "
+                    f"first update would make the weights NaN; {NOT_RESUMED}"
+                )
+    trainable = ckpt.get("trainable", {})
+    if not isinstance(trainable, dict) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) and v.is_floating_point() and finite(v)
+        for k, v in trainable.items()
+    ):
+        raise bad("trainable", "LoRA's finite adapters and head (names -> tensors)")
 
 
 # ----------------------------------------------------------------------------- the model
@@ -219,6 +296,75 @@ def _ours(path, what):
     return c
 
 
+DAMAGED = "a damaged file: use another checkpoint of the run, or train again"
+REFIT = (
+    "remove it (update_checkpoint(path, {key}=None) in nanorm/ckpt.py), then refit it with "
+    "eval_rm.py --save_calibration"
+)
+META_INTS = ("vocab_size", "bos_id", "eos_id", "end_id", "pad_id", "max_len")
+META_STRS = ("tokenizer", "tokenizer_fingerprint", "chat_format")
+
+
+SCORING_FIELDS = ("tokenizer", "data_meta", "train_config", "length_calibration")
+SCORING_FIELDS += ("reward_normalization",)
+
+
+def check_record(record, path, fields=SCORING_FIELDS):
+    """The fields of a ckpt.pt (or an HF export's nanorm_reward) that scoring reads, each of
+    its type, refused in one line naming it: the dataset's meta.json (vocabulary, chat layout),
+    the training options eval_rm.py reads (batch size, dtype, dataset), the length calibration
+    and the normalization applied to every served reward (a NaN there is a NaN reward). fields:
+    the ones to check, those its reader reads (a field nothing reads never refuses a file). The
+    tokenizer files are checked where they are read (_carried), resume's own fields by resume."""
+    record = {k: record[k] for k in fields if k in record}
+
+    def fail(key, value, want, fix=DAMAGED):
+        raise UsageError(f"{path}: its {key} is {_shown(value)}, not {want}: {fix}")
+
+    def real(x):
+        return type(x) in (int, float) and math.isfinite(x)
+
+    def count(x):
+        return type(x) is int and x >= 0
+
+    if not isinstance(record.get("tokenizer"), (str, type(None))):
+        fail("tokenizer", record["tokenizer"], "a path")
+    meta = record.get("data_meta")
+    if not isinstance(meta, (dict, type(None))):
+        fail("data_meta", meta, "a dataset's meta.json (a dict)")
+    for key, value in (meta or {}).items():
+        if key in META_INTS and not (value is None or type(value) is int):
+            fail(f"data_meta {key}", value, "a token id or count")
+        if key in META_STRS and not isinstance(value, (str, type(None))):
+            fail(f"data_meta {key}", value, "a string")
+    train = record.get("train_config")
+    if not isinstance(train, (dict, type(None))):
+        fail("train_config", train, "train_rm.py's options (a dict)")
+    for key, value in (train or {}).items():
+        if key in ("batch_size", "grad_accum") and not (type(value) is int and value >= 1):
+            fail(f"train_config {key}", value, "an integer >= 1")
+        if key in ("dtype", "dataset") and not isinstance(value, (str, type(None))):
+            fail(f"train_config {key}", value, "a string")
+    cal = record.get("length_calibration")
+    fix = REFIT.format(key="length_calibration")
+    if cal is not None:
+        from nanorm.calibrate import KIND  # the one calibration this nanoRM applies
+
+        coef = cal.get("coef") if isinstance(cal, dict) else None
+        if not isinstance(cal, dict) or cal.get("kind") != KIND or not count(cal.get("n")):
+            fail("length_calibration", cal, f"a {KIND} fit", fix)
+        if not (isinstance(coef, (list, tuple)) and len(coef) == 2 and all(map(real, coef))):
+            fail("length_calibration coef", coef, "two finite numbers", fix)
+    norm = record.get("reward_normalization")
+    fix = REFIT.format(key="reward_normalization")
+    if norm is not None:
+        if not isinstance(norm, dict) or type(norm.get("calibrated")) is not bool:
+            fail("reward_normalization", norm, "{mean, std, n, calibrated}", fix)
+        for key, ok in (("mean", real), ("std", lambda x: real(x) and x >= 0), ("n", count)):
+            if not ok(norm.get(key)):
+                fail(f"reward_normalization {key}", norm.get(key), "a finite number", fix)
+
+
 def load_reward_model(source):
     """(model, its ckpt.pt dict) for our checkpoint, of the class its kind names (or scores as:
     SCORED_AS); (a RewardModel, None) for any foreign file, whose head is new unless the file
@@ -234,9 +380,10 @@ def load_reward_model(source):
         kinds[kind] = SubsetExpertsRewardModel
     if kind not in kinds:
         raise UsageError(f"{c.path}: kind {c.kind!r} is not one of {list(kinds)}")
+    check_record(c.record, c.path)  # what scoring reads besides the weights
+    # load() refused weights that are not finite (a diverged run), in any format, one tensor
+    # at a time; the heads it did not have are new
     model = kinds[kind](pretrained=c)  # heads that do not fit: one UsageError naming them
-    if not all(torch.isfinite(p).all() for p in model.parameters()):
-        raise UsageError(f"{c.path}: its weights are not finite (a diverged run): not scored")
     return model.eval(), (c.record if c.kind else None)
 
 
@@ -277,11 +424,19 @@ def checkpoint_tokenizer(source, missing_ok=False):
 def _carried(ckpt, name):
     files, meta = ckpt.get("tokenizer_files"), ckpt.get("data_meta") or {}
     if files:  # load_tokenizer reads files: lay them out in a scratch directory
+        _check_tokenizer_files(files, name)
         with tempfile.TemporaryDirectory() as d:
             for fname, data in files.items():
-                with open(os.path.join(d, os.path.basename(fname)), "wb") as f:
+                with open(os.path.join(d, fname), "wb") as f:
                     f.write(data.numpy().tobytes())
-            tok = load_tokenizer(d if "tokenizer.json" in files else os.path.join(d, *files))
+            try:
+                tok = load_tokenizer(d if "tokenizer.json" in files else os.path.join(d, *files))
+            except (ValueError, OSError) as e:  # the scratch directory is no name to give
+                reason = " ".join(str(e).replace(d + os.sep, "").split()).split("; accepted")[0]
+                raise UsageError(
+                    f"{name}: its tokenizer_files {sorted(files)} are not a readable tokenizer "
+                    f"({reason}): pass --tokenizer"
+                ) from None
     else:
         raise UsageError(
             f"{name} carries no tokenizer (saved without its data's meta.json, or its "
@@ -291,6 +446,26 @@ def _carried(ckpt, name):
     if want and got != want:
         raise UsageError(f"{name}: its tokenizer has fingerprint {got}, its data recorded {want}")
     return tok
+
+
+def _check_tokenizer_files(files, name):
+    """A carried tokenizer is {file name: bytes as a uint8 tensor}: names of files in one
+    folder (none may name a folder or leave it: they are written out to be read), and either
+    one file or an HF tokenizer.json with its config."""
+    fix = "pass --tokenizer"
+    if not isinstance(files, dict):
+        raise UsageError(f"{name}: its tokenizer_files is a {type(files).__name__}: {fix}")
+    for fname, data in files.items():
+        if not plain_file_name(fname):
+            raise UsageError(
+                f"{name}: its tokenizer_files holds {reprlib.repr(fname)}, not a file's name: {fix}"
+            )
+        if not (isinstance(data, torch.Tensor) and data.dtype == torch.uint8 and data.dim() == 1):
+            raise UsageError(f"{name}: its tokenizer_files {fname} is not bytes: {fix}")
+    if len(files) > 1 and "tokenizer.json" not in files:
+        raise UsageError(
+            f"{name}: its tokenizer_files {sorted(files)} are no tokenizer nanoRM writes: {fix}"
+        )
 
 
 def check_tokenizer(init, meta, dataset):
@@ -311,10 +486,12 @@ def check_tokenizer(init, meta, dataset):
         rows = (c or load(init)).backbone.config.vocab_size
         return _check_vocab_size(init, rows, meta, dataset)
     if want and tokenizer_fingerprint(tok) != want:
+        size = meta.get("vocab_size")
+        size = f"{size:,}" if type(size) is int else "?"
         raise UsageError(
-            f"{init} carries tokenizer {tokenizer_fingerprint(tok)}, but the dataset "
-            f"{dataset} was tokenized with {meta['tokenizer']} ({want}): "
-            f"prepare it again with --tokenizer {init}"
+            f"{init} carries tokenizer {tokenizer_fingerprint(tok)} of {tok.vocab_size:,} "
+            f"tokens, but the dataset {dataset} was tokenized with {meta['tokenizer']} ({want}, "
+            f"{size} tokens): prepare it again with --tokenizer {init}"
         )
 
 

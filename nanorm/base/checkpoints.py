@@ -23,12 +23,17 @@ Formats, recognised by their shape on disk, each file opened and read once:
     ckpt.pt          nanoRM's own (nanorm/ckpt.py writes it): kind, config, state dict, heads
 
 Every tensor in a file goes somewhere: into the backbone, into heads, or into DROPPED, which
-says why nothing reads it; any other is refused by name. Sizes a file claims are checked against
-the tensors it holds before anything is allocated. Torch files are read here alone
-(weights_only=True, memory-mapped); a missing, truncated or foreign file is one UsageError naming
-it. Nothing is copied that need not be: the .bin is read once and every weight is a view into
-it, HF tensors are converted one at a time. HF_NAMES, the one table of HF's module names, serves
-export_hf.py's writing too.
+says why nothing reads it; any other is refused by name. A read takes memory in proportion to
+what the file holds: each tensor's shape is checked against the bytes behind it (a torch file's
+storages, safetensors' and GGUF's offsets, the .bin's size) before anything is computed from it,
+and the sizes a config claims against the tensors present before anything is allocated. Then
+every weight is checked to be a finite float, one tensor at a time, and every config value to be
+in its domain (a RoPE base or an RMSNorm epsilon <= 0 makes the forward NaN): a backbone that
+cannot give a finite reward is refused here, whatever its format. Torch files are read here
+alone (weights_only=True, memory-mapped); a missing, truncated, foreign or hostile file is one
+UsageError naming it and the field. Nothing is copied that need not be: the .bin is read once
+and every weight is a view into it, HF tensors are converted one at a time. HF_NAMES, the one
+table of HF's module names, serves export_hf.py's writing too.
 
 Simplifications: Meta's sharded releases (consolidated.01.pth, ...) are refused, and so are HF
 configs with biases or a head_dim that is not hidden_size / num_heads (not LLaMA as Meta wrote it).
@@ -39,9 +44,11 @@ import math
 import os
 import pickle
 import re
+import reprlib
 import struct
 import zipfile
 from dataclasses import asdict, dataclass, field
+from itertools import pairwise
 
 import torch
 
@@ -167,9 +174,9 @@ def _load(path, override, dtype):
         # head: load it with a zero one, which reward heads never read
         _checked_config(config, sd, path)  # its sizes, before (vocab, dim) is allocated
         sd["output.weight"] = torch.zeros(config["vocab_size"], config["dim"])
-    if dtype is not None and dtype != "auto":
-        sd = {k: v.to(dtype) if v.is_floating_point() else v for k, v in sd.items()}
+    sd = _one_dtype(sd, heads, dtype, path)
     backbone = _build(config, sd, path)
+    _check_finite({**sd, **heads}, path)  # the backbone's weights and the file's heads
     dim = backbone.config.dim
     for name, want in (("head.weight", (1, dim)), ("head.bias", (1,))):
         if head != "trained" and name in heads and tuple(heads[name].shape) != want:
@@ -181,8 +188,56 @@ def _is_state_dict(obj):
     return (
         isinstance(obj, dict)
         and bool(obj)
-        and all(isinstance(t, torch.Tensor) for t in obj.values())
+        and all(isinstance(k, str) and isinstance(t, torch.Tensor) for k, t in obj.items())
     )
+
+
+def _one_dtype(sd, heads, dtype, path):
+    """sd in one floating-point dtype: dtype if given (not "auto"), else the token embeddings'
+    (a file's own). A float16 or bfloat16 tensor in a float32 file is cast, as a load in that
+    dtype would; an integer or boolean weight holds no real numbers and is refused by name."""
+    for name, t in {**sd, **heads}.items():
+        if not t.is_floating_point():
+            raise ValueError(
+                f"{path}: tensor {name} is {str(t.dtype).removeprefix('torch.')}, not floating "
+                "point: a weight holds real numbers (a damaged or foreign file)"
+            )
+    if dtype is None or dtype == "auto":
+        emb = sd.get("tok_embeddings.weight")
+        dtype = emb.dtype if emb is not None else None
+    if dtype is None:  # no embeddings: _build refuses the file, naming them
+        return sd
+    return {k: v if v.dtype == dtype else v.to(dtype) for k, v in sd.items()}
+
+
+FINITE_SLICE = 1 << 24  # values checked at a time: 16 MB of flags, whatever the tensor's size
+
+
+def finite(t):
+    """Whether every value of the tensor t is finite, read a slice of rows at a time: the
+    check allocates FINITE_SLICE flags at most, never a copy of a large tensor."""
+    if t.numel() == 0:
+        return True
+    rows = t.reshape(1) if t.dim() == 0 else t
+    step = max(1, FINITE_SLICE // max(1, rows[0].numel()))
+    return all(bool(torch.isfinite(part).all()) for part in rows.split(step))
+
+
+def _check_finite(tensors, path):
+    """Refuse a NaN or an infinity in any of tensors ({name: float tensor}), one tensor at a
+    time (finite). A weight shared by two names (tied embeddings) is read once."""
+    seen = set()
+    for name, t in tensors.items():
+        key = (t.untyped_storage().data_ptr(), t.storage_offset(), t.shape, t.stride())
+        if key in seen or t.numel() == 0:
+            continue
+        seen.add(key)
+        if not finite(t):
+            raise ValueError(
+                f"{path}: tensor {name} is not finite (it holds NaN or infinite values): a "
+                "diverged run or a damaged file, not loaded; use the last checkpoint whose "
+                "weights are finite, or convert the model again"
+            )
 
 
 # ----------------------------------------------------------------------------- torch files
@@ -198,12 +253,61 @@ def _read_torch(path):
     if not zipfile.is_zipfile(path):  # the archive's directory is at its end: cut off
         raise UsageError(f"{path} is corrupt (truncated: its zip archive has no end)")
     try:
-        return torch.load(path, weights_only=True, map_location="cpu", mmap=True)
+        obj = torch.load(path, weights_only=True, map_location="cpu", mmap=True)
     except (RuntimeError, EOFError, OSError) as e:  # e.g. a truncated file: no central directory
         reason = str(e).split(". ")[0]  # torch's first sentence; the rest is advice
         raise UsageError(f"{path} is corrupt ({reason})") from None
     except pickle.UnpicklingError:
         raise UsageError(f"{path} holds more than tensors and plain data: not loaded") from None
+    _check_bytes(obj, path)
+    return obj
+
+
+def _check_bytes(obj, path):
+    """Every tensor in obj (nested in dicts, lists and tuples) against the bytes behind it,
+    before anything is computed from it. torch.save writes a tensor as a shape, strides and an
+    offset into a storage, so a file of a few KB can claim a (2,000,000, 2,048) tensor over one
+    4-byte float with strides of 0, and a finiteness check or a cast then allocates gigabytes.
+    A saved model's tensor holds each of its elements once: no stride 0 (an expanded view), no
+    two elements at one place (overlapping strides), none past its storage's bytes. Two tensors
+    may share bytes only as the same view (tied weights); torch.save writes nothing else."""
+    spans, stack = [], [((), obj)]  # a walk with a stack: a deep nesting cannot recurse
+    while stack:
+        keys, x = stack.pop()
+        if isinstance(x, (dict, list, tuple)):  # pushed last first: read in the file's order
+            items = x.items() if isinstance(x, dict) else enumerate(x)
+            stack.extend(reversed([((*keys, k), v) for k, v in items]))
+        elif isinstance(x, torch.Tensor) and x.numel():
+            name = ".".join(map(str, keys))
+            stored = x.untyped_storage().nbytes()
+            reach = 1  # elements from the first to the last, the inner dimensions' first
+            for stride, n in sorted(
+                (st, n) for st, n in zip(x.stride(), x.shape, strict=True) if n > 1
+            ):
+                if stride < reach:
+                    raise UsageError(
+                        f"{path}: tensor {name} claims shape {tuple(x.shape)} from {stored:,} "
+                        f"bytes (strides {x.stride()}: its elements repeat, an expanded or "
+                        "overlapping view): not a saved model's tensor, which holds every "
+                        "element (save it again from .contiguous() tensors)"
+                    )
+                reach += stride * (n - 1)
+            start = x.storage_offset() * x.element_size()
+            end = start + reach * x.element_size()
+            if end > stored:
+                raise UsageError(
+                    f"{path}: tensor {name} claims {end:,} bytes of a storage of {stored:,}"
+                )
+            at = x.untyped_storage().data_ptr()  # where its storage lies in the mapped file
+            spans.append((at + start, at + end, (x.dtype, x.shape, x.stride()), name))
+    spans.sort(key=lambda s: s[:2])
+    for (a, a_end, a_view, a_name), (b, _, b_view, b_name) in pairwise(spans):
+        if b < a_end and (a, a_view) != (b, b_view):
+            raise UsageError(
+                f"{path}: tensors {a_name} and {b_name} share bytes of the file: a saved "
+                "model's tensors are each their own, or the same tied tensor (save it again "
+                "from .clone()s)"
+            )
 
 
 # ----------------------------------------------------------------------------- the model
@@ -267,10 +371,69 @@ def _checked_config(config, sd, source):
         raise ValueError(
             f"{source}: the config claims {config['n_layers']} layers, the file holds {len(layers)}"
         )
+    _check_domains(config, source)
     try:
-        return ModelConfig(**config)
+        cfg = ModelConfig(**config)
     except (TypeError, AssertionError) as e:
         raise ValueError(f"{source}: not a LLaMA config ({e})") from None
+    try:
+        inv_freq = rope_frequencies(cfg)
+    except (KeyError, TypeError, ZeroDivisionError) as e:  # a llama3 rope_scaling cut short
+        raise ValueError(
+            f"{source}: rope_scaling {cfg.rope_scaling!r} is not Llama 3's ({e})"
+        ) from None
+    # the angles RoPE turns by, up to the last position: finite, or every attention is NaN
+    if not torch.isfinite(inv_freq * cfg.max_seq_len).all() or not (inv_freq > 0).all():
+        raise ValueError(
+            f"{source}: rope_theta {cfg.rope_theta!r} and rope_scaling {cfg.rope_scaling!r} give "
+            "RoPE frequencies that are not finite and positive"
+        )
+    return cfg
+
+
+# the values of a config that are real numbers, and the domain the forward needs them in:
+# an RMSNorm epsilon <= 0 divides by zero or takes the root of a negative number, a RoPE base
+# <= 0 raises a negative number to fractional powers; each makes every reward NaN
+DOMAINS = {
+    "norm_eps": (lambda v: v > 0, "a number > 0"),
+    "rope_theta": (lambda v: v > 0, "a number > 0"),
+    "ffn_dim_multiplier": (lambda v: v > 0, "a number > 0, or none"),
+    "dropout": (lambda v: 0 <= v < 1, "a number in [0, 1)"),
+}
+ROPE_LLAMA3 = {  # Llama 3.1's rope_scaling: each a positive number
+    "factor": float,
+    "low_freq_factor": float,
+    "high_freq_factor": float,
+    "original_max_position_embeddings": int,
+}
+
+
+def _check_domains(config, source):
+    """The config's values other than the sizes, each of its type and in its domain (DOMAINS,
+    multiple_of, tie_embeddings, rope_scaling), named when it is not."""
+
+    def real(value):
+        return type(value) in (int, float) and math.isfinite(value)
+
+    for key, (ok, want) in DOMAINS.items():
+        value = config.get(key)
+        if key not in config or (value is None and key == "ffn_dim_multiplier"):
+            continue  # ModelConfig's default
+        if not (real(value) and ok(value)):
+            raise ValueError(f"{source}: {key} is {value!r}; it must be {want}")
+    value = config.get("multiple_of", 1)
+    if type(value) is not int or value <= 0:
+        raise ValueError(f"{source}: multiple_of must be a positive integer, got {value!r}")
+    if type(config.get("tie_embeddings", False)) is not bool:
+        raise ValueError(f"{source}: tie_embeddings is {config['tie_embeddings']!r}, not a bool")
+    rs = config.get("rope_scaling")
+    if rs is not None and not isinstance(rs, dict):
+        raise ValueError(f"{source}: rope_scaling is a {type(rs).__name__}, not a dict")
+    if rs and rs.get("rope_type", rs.get("type")) == "llama3":
+        for key, kind in ROPE_LLAMA3.items():
+            value = rs.get(key)
+            if not (real(value) and value > 0 and (kind is float or type(value) is int)):
+                raise ValueError(f"{source}: rope_scaling {key} is {value!r}; it must be > 0")
 
 
 def _drop(sd):
@@ -296,6 +459,10 @@ LLAMA2C_ARGS = (
 
 def _llama2c_pt(ckpt):
     """llama2.c train.py's checkpoint, which always ties the output to the embeddings."""
+    if not isinstance(ckpt["model_args"], dict):
+        raise ValueError(f"its model_args is a {type(ckpt['model_args']).__name__}, not a dict")
+    if not _is_state_dict(ckpt["model"]):
+        raise ValueError("its model is not a state dict (names -> tensors)")
     config = {k: v for k, v in ckpt["model_args"].items() if k in LLAMA2C_ARGS}
     sd = {k.removeprefix("_orig_mod."): v for k, v in ckpt["model"].items()}  # torch.compile
     return config | {"tie_embeddings": True}, _drop(sd)
@@ -369,7 +536,13 @@ def _read_llama2c_bin(path):
 def _read_meta(directory, max_seq_len=2048):
     """Meta's original release: params.json + consolidated.00.pth (one shard). params.json does
     not say the context length, so it is Meta's 2048."""
-    params = _read_json(os.path.join(directory, "params.json"))
+    params_path = os.path.join(directory, "params.json")
+    params = _read_json(params_path)
+    if not isinstance(params, dict):
+        raise ValueError(f"{params_path}: a JSON {type(params).__name__}, not a params object")
+    missing = [k for k in ("dim", "n_layers", "n_heads") if k not in params]
+    if missing:
+        raise ValueError(f"{params_path}: no {missing[0]!r}, which Meta's params.json has")
     ckpt_path = os.path.join(directory, "consolidated.00.pth")
     if not os.path.exists(ckpt_path):
         raise FileNotFoundError(
@@ -427,6 +600,8 @@ def _read_hf(directory, override):
         if not isinstance(hf, dict):
             raise ValueError(f"{path}: a JSON {type(hf).__name__}, not a config object")
         record = hf.get("nanorm_reward") or {}  # an export's calibration (nanorm/export_hf.py)
+        if not isinstance(record, dict):
+            raise ValueError(f"{path}: nanorm_reward is a {type(record).__name__}, not an object")
         if override is None:
             try:
                 override = _config_from_hf(hf)
@@ -462,11 +637,16 @@ def _from_hf_names(named, config, dtype, source):
     head_dim = config["dim"] // n_heads
     sd, heads, head = {}, {}, "random"
     for name, tensor in named:
+        if name.endswith(tuple(DROPPED)):
+            continue
+        if not tensor.is_floating_point():  # before .float() would hide it
+            raise ValueError(
+                f"{source}: tensor {name} is {str(tensor.dtype).removeprefix('torch.')}, not "
+                "floating point: a weight holds real numbers (a damaged or foreign file)"
+            )
         if name in HF_HEADS:
             key, head = HF_HEADS[name]
             heads[key] = tensor.float()
-            continue
-        if name.endswith(tuple(DROPPED)):
             continue
         key = _hf_to_meta_name(name)
         if key is None:
@@ -520,8 +700,17 @@ def _iter_hf_tensors(directory):
                 "loading .safetensors needs the safetensors package: pip install safetensors"
             ) from None
         index = os.path.join(directory, "model.safetensors.index.json")
-        if os.path.exists(index):  # sharded: the index names the shards
-            files = sorted(set(_read_json(index)["weight_map"].values()))
+        if os.path.exists(index):  # sharded: the index names the shards, in this directory
+            shards = _read_json(index)
+            shards = shards.get("weight_map") if isinstance(shards, dict) else None
+            names = list(shards.values()) if isinstance(shards, dict) else [None]
+            bad = [f for f in names if not plain_file_name(f)]
+            if bad:
+                raise ValueError(
+                    f"{index}: its weight_map must map names to files in {directory}, found "
+                    f"{bad[0]!r}"
+                )
+            files = sorted(set(names))
         for fname in files:
             path = os.path.join(directory, fname)
             if not os.path.exists(path):
@@ -546,6 +735,17 @@ def _iter_hf_tensors(directory):
         if not _is_state_dict(sd):
             raise ValueError(f"{path}: not a state dict (names -> tensors)")
         yield from sd.items()
+
+
+def plain_file_name(name):
+    """Whether name is a file's name alone: no folder, no way out of the one it is read in."""
+    return (
+        isinstance(name, str)
+        and name not in ("", ".", "..")
+        and os.path.basename(name) == name
+        and "\0" not in name
+        and not (os.path.altsep and os.path.altsep in name)
+    )
 
 
 # nanoRM's (Meta's) module names in a layer -> Hugging Face's; export_hf.py writes with it
@@ -597,9 +797,17 @@ HEAD_NAME = re.compile(r"^(value_|reward_)?head\.")  # a scoring head, under its
 def _ours(ckpt):
     """(config, the backbone's state dict in Meta's names, heads, "trained") of a ckpt.pt: the
     one place the "backbone." prefix comes off and older head names are renamed."""
-    sd = ckpt["model"]
+    sd, kind = ckpt["model"], ckpt["kind"]
+    if not isinstance(kind, str) or not kind.isidentifier():
+        raise ValueError(f"its kind is {reprlib.repr(kind)}, not the name of a model class")
     if not isinstance(sd, dict):
         raise ValueError(f"its model is a {type(sd).__name__}, not a state dict")
+    for k, v in sd.items():
+        if not isinstance(k, str) or not isinstance(v, torch.Tensor):
+            raise ValueError(
+                f"its model holds {reprlib.repr(k)}: {type(v).__name__}; a state dict maps "
+                "names (str) to tensors"
+            )
     backbone = {k[len("backbone.") :]: v for k, v in sd.items() if k.startswith("backbone.")}
     heads = {HEAD_NAME.sub("head.", k): v for k, v in sd.items() if not k.startswith("backbone.")}
     return ckpt["config"], backbone, heads, "trained" if heads else "random"

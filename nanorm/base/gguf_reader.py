@@ -20,9 +20,9 @@ where value j < 16 is the low nibble of byte j and value j + 16 its high nibble.
 
 A file is untrusted until checked: every count, length, type, dimension and offset it claims is
 checked against its size before anything is allocated or looped over (as llama.cpp's gguf.cpp
-does), and the llama.* sizes a model is built from against the tensors present, so a damaged or
-hostile file of a few KB is a UsageError (a ValueError) naming the file and the field, one line
-from every entry point, never gigabytes.
+does), no two tensors may share bytes, and the llama.* sizes a model is built from are checked
+against the tensors present, so a damaged or hostile file of a few KB is a UsageError (a
+ValueError) naming the file and the field, one line from every entry point, never gigabytes.
 
 The module is named gguf_reader, not gguf, so that it does not shadow the `gguf` package that
 transformers imports to read the same files (tests compare against it in one process).
@@ -44,6 +44,7 @@ import reprlib
 import struct
 import sys
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 import torch
@@ -271,6 +272,16 @@ def _parse(path, with_tensors):
             raise UsageError(
                 f"{path}: truncated: tensor {t.name} ends at byte {t.offset + t.nbytes:,}, "
                 f"past the end of the file ({size:,} bytes)"
+            )
+    # each tensor's bytes are its own (llama.cpp lays them end to end): tensors that share bytes
+    # would be read, and dequantized, once per tensor from bytes the file holds once
+    spans = sorted((t.offset, t.offset + t.nbytes, t.name) for t in tensors.values() if t.nbytes)
+    for (_, end, a), (start, _, b) in pairwise(spans):
+        if start < end:
+            raise UsageError(
+                f"{path}: tensor {b} starts at byte {start:,}, inside tensor {a} (which ends at "
+                f"{end:,}): each tensor's data is its own (convert the model again with "
+                "llama.cpp's convert_hf_to_gguf.py)"
             )
     return version, metadata, tensors, data_offset, data
 
