@@ -281,8 +281,14 @@ def main(argv=None):
             fail(str(e))
         vocab = rm.backbone.config.vocab_size
         if int(source.data.tokens.max(initial=0)) >= vocab:
-            fail(f"{spec}: token ids reach past the model's vocabulary of {vocab}")
+            sizes = f" (a tokenizer of {tok_cache[0][0].vocab_size})" if tok_cache else ""
+            fail(
+                f"{spec}: token ids reach past the model's vocabulary of {vocab}{sizes}: score "
+                "it with a --tokenizer of the model's vocabulary, or data prepared with one"
+            )
         for name, scored in score(rm, source, batch_size, ctx).items():
+            if not torch.isfinite(scored.rewards).all():  # finite weights can still overflow
+                fail(f"{args.ckpt} gives rewards that are not finite on {spec} ({name})")
             key = name if name not in per_subset else f"{os.path.basename(path)}:{name}"
             per_subset[key] = scored
         print(f"{spec}: {kind}, {len(source.names)} pairs")

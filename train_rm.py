@@ -37,17 +37,8 @@ from torch.optim.lr_scheduler import LambdaLR
 from data.pairs import BALANCE, OptimizerSteps, PairSteps, as_batch
 from eval_rm import evaluate, fit_calibration
 from nanorm import run_dir
-from nanorm.base import runtime
-from nanorm.base.command import (
-    AT_LEAST_1,
-    NON_NEGATIVE,
-    POSITIVE,
-    UsageError,
-    one_of,
-    opt,
-    parse_config,
-    run,
-)
+from nanorm.base import command, runtime
+from nanorm.base.command import AT_LEAST_1, NON_NEGATIVE, POSITIVE, one_of, opt, parse_config
 from nanorm.base.compat import colossalai_note, mean_loss
 from nanorm.build import MODELS, build_model, load_data, make_optimizer, model_options, open_caches
 from nanorm.ckpt import resume_run, save_training_checkpoint
@@ -81,11 +72,7 @@ class TrainConfig:
     grad_clip: float = opt(1.0, "clip the global gradient norm to this (0: off)", NON_NEGATIVE)
     seed: int = opt(1337, "seeds the initial weights and the data order")
     device: str = opt("auto", "auto, cpu, cuda, cuda:1, mps (command.check_device)")
-    dtype: str = opt(
-        "auto",
-        "auto: bf16 where it pays (runtime.auto_dtype)",
-        one_of("auto", "float32", "bfloat16"),
-    )
+    dtype: str = opt("auto", "auto: bf16 where it pays", one_of("auto", "float32", "bfloat16"))
     compile: bool = opt(False, "torch.compile the training step (faster on GPU, slow to start)")
     pack: bool = opt(False, "shared-prompt packing: [prompt|chosen|rejected] in one row (plain RM)")
     bucket: bool = opt(False, "length-bucketed batches: less padding, a less random order")
@@ -115,9 +102,9 @@ def parse_args(argv=None) -> TrainConfig:
     """The options (each checked by its field), then the checks across options."""
     cfg = parse_config(TrainConfig, argv, description=__doc__.split("\n")[1])
     if cfg.min_lr > cfg.lr:
-        raise UsageError(f"--min_lr {cfg.min_lr} is above --lr {cfg.lr}")
+        raise command.UsageError(f"--min_lr {cfg.min_lr} is above --lr {cfg.lr}")
     if cfg.resume and cfg.overwrite:
-        raise UsageError("--resume continues the run in --out_dir, --overwrite replaces it")
+        raise command.UsageError("--resume continues the run in --out_dir, --overwrite replaces it")
     return cfg
 
 
@@ -192,16 +179,18 @@ class RewardModelTrainer:
         val_cache=None,
     ):
         if optimizer is None:
-            raise UsageError("RewardModelTrainer needs an optimizer (optimizer=...)")
+            raise command.UsageError("RewardModelTrainer needs an optimizer (optimizer=...)")
         if save_interval and not save_dir:
-            raise UsageError("save_interval writes save_dir/ckpt-<step>.pt: give a save_dir")
+            raise command.UsageError(
+                "save_interval writes save_dir/ckpt-<step>.pt: give a save_dir"
+            )
         colossalai_note(booster, plugin, coordinator)  # what stands in for them here
         self.model, self.optimizer, self.lr_scheduler = model, optimizer, lr_scheduler
         self.tokenizer, self.coordinator = tokenizer, coordinator  # ckpt.pt carries meta's
         self.loss_fn = mean_loss(LogSigLoss(beta=beta) if loss_fn is None else loss_fn)
         self.max_epochs, self.accumulation_steps = max_epochs, accumulation_steps
         self.start_epoch, self.save_interval, self.save_dir = start_epoch, save_interval, save_dir
-        c, self.step = config, start_step  # a train_rm.py run's loop comes from its options
+        c, self.step, self.kept = config, start_step, self.path("ckpt.pt") if start_step else None
         self.max_steps, self.grad_clip = (c.max_iters, c.grad_clip) if c else (None, 1.0)
         self.log_interval = c.log_interval if c else log_interval
         self.eval_interval = c.eval_interval if c else 0  # 0: at each epoch's end
@@ -233,8 +222,7 @@ class RewardModelTrainer:
         log_dir=None,
         use_wandb=False,
     ):
-        """Train for max_epochs (or up to max_steps), evaluating and saving at each
-        eval_interval and each epoch's end; returns the last evaluation's metrics."""
+        """Train max_epochs (or max_steps), evaluating and saving when due; -> the last eval."""
         proc, train = self.proc, train_preference_dataloader
         if not isinstance(train, OptimizerSteps):  # a loader of micro-batches, grouped by step
             train = OptimizerSteps(train, self.accumulation_steps)
@@ -271,7 +259,7 @@ class RewardModelTrainer:
                     computed += getattr(b, "n_packed", b.n_tokens)  # packed: each prompt once
                 metrics, counts = runtime.mean_over_ranks(metrics, (tokens, computed), proc)
                 self.speed.add(*counts)  # the tokens of every rank
-                runtime.check_finite(metrics["objective"], self.step, self.path("ckpt.pt"))
+                runtime.check_finite(metrics["objective"], self.step, self.kept)
                 # clip (the norm before clipping is logged), step, zero the gradients, schedule
                 clip = self.grad_clip or math.inf
                 metrics["grad_norm"] = torch.nn.utils.clip_grad_norm_(self.params, clip).item()
@@ -332,6 +320,7 @@ class RewardModelTrainer:
         """ckpt.pt (or a numbered one): model, optimizer, scheduler, step, never non-finite."""
         run = (self.model, self.optimizer, self.lr_scheduler, self.step, self.proc)
         save_training_checkpoint(path, *run, meta=self.meta, config=self.config)
+        self.kept = path  # the last good checkpoint, should a later step diverge
 
 
 # ----------------------------------------------------------------------------- the run
@@ -405,4 +394,4 @@ def train(cfg, proc):
 
 
 if __name__ == "__main__":
-    run(main)
+    command.run(main)

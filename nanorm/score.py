@@ -18,6 +18,7 @@ file of pairs is eval_rm.py's.
 if __name__ == "__main__" and not __package__:  # run as a file, the project root is not on the path
     raise SystemExit(f"{__file__} is part of the nanorm library: run python -m nanorm.score")
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -60,6 +61,12 @@ def main(argv=None):
     meta = ckpt.get("data_meta") or {}
     tok_file = args.tokenizer  # default: the checkpoint's own
     tok = load_tokenizer(tok_file) if tok_file else checkpoint_tokenizer(c)
+    vocab = model.backbone.config.vocab_size
+    if tok.vocab_size > vocab:
+        raise UsageError(
+            f"--tokenizer {tok_file} has {tok.vocab_size} tokens, more than the {vocab} rows of "
+            f"{args.ckpt}'s embeddings: use the tokenizer the model was trained with"
+        )
     if args.export_hf is not None:  # records the calibration and normalization in config.json
         try:
             export_hf(model, args.export_hf, tok, meta, record=ckpt)
@@ -70,6 +77,8 @@ def main(argv=None):
     pair = {"prompt": args.prompt, "chosen": args.response, "rejected": args.response}
     prompt, response, _, _ = encode_pair(tok, pair, model.backbone.config.max_seq_len, fmt)
     r = model(torch.tensor([prompt + response])).item()
+    if not math.isfinite(r):  # finite weights can still overflow
+        raise UsageError(f"{args.ckpt} gives a reward that is not finite ({r}): not a usable model")
     try:  # the stored length calibration, L = the response's tokens (its end token included)
         r_served = float(served(ckpt, r, len(response), args.normalize, args.ckpt))
     except ValueError as e:

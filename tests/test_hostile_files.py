@@ -609,22 +609,12 @@ def overflowing_head(root):
     return write_ours(root / "3e38.pt", SMALL, sd, {"head.weight": torch.full((1, 8), 3e38)})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="nanorm/score.py must check the reward it prints: a finite file can overflow "
-    "(if not math.isfinite(r): UsageError naming --ckpt and the non-finite reward)",
-)
 def test_score_never_prints_a_reward_that_is_not_finite(tmp_path, capsys):
     path = overflowing_head(tmp_path)
     r = command(capsys, "score", "--ckpt", path, "--tokenizer", tok512(), "--response", "Once")
     refused(r, path, "not finite")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="eval_rm.py must check the rewards it scored before it writes eval.json or plots "
-    "(score(): a non-finite reward is a UsageError naming --ckpt and the subset)",
-)
 def test_eval_never_writes_rewards_that_are_not_finite(tmp_path, capsys):
     path = overflowing_head(tmp_path)
     pairs = tmp_path / "pairs.jsonl"
@@ -653,22 +643,12 @@ def test_init_from_a_gguf_of_another_vocabulary_names_both_sizes(tmp_path, capsy
     refused(r, path, "of 16 tokens", "512 tokens", f"--tokenizer {path}")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="nanorm/score.py must compare --tokenizer's vocab_size with the model's rows before "
-    "the forward: UsageError naming both sizes and the fix (the checkpoint's own tokenizer)",
-)
 def test_score_with_a_tokenizer_larger_than_the_model_names_both_sizes(tmp_path, capsys):
     path = write_gguf(tmp_path / "sixteen.gguf", vocab=16)
     r = command(capsys, "score", "--ckpt", path, "--tokenizer", tok512(), "--response", "Once")
     refused(r, path, "16", "512")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="eval_rm.py's 'token ids reach past the model's vocabulary' must name the "
-    "tokenizer's vocab_size too, and the fix (a --tokenizer of the model's vocabulary)",
-)
 def test_eval_with_a_tokenizer_larger_than_the_model_names_both_sizes(tmp_path, capsys):
     path = write_gguf(tmp_path / "sixteen.gguf", vocab=16)
     pairs = tmp_path / "pairs.jsonl"
@@ -886,13 +866,6 @@ def test_a_lock_that_is_a_folder_is_one_line_when_resuming(trained, tmp_path, ca
     refused(r, folder / ".lock", "is not a lock file")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="nanorm/runtime.py's check_finite names out_dir/ckpt.pt 'the last good checkpoint' "
-    "whenever the file exists, also when this run neither wrote nor resumed it (--overwrite over "
-    "an old, here NaN, one): it must be told the checkpoint this run saved or resumed (the "
-    "trainer knows), and say 'no checkpoint was written yet' otherwise",
-)
 def test_a_nan_checkpoint_is_never_named_the_last_good_one(trained, tmp_path, capsys, monkeypatch):
     data, _ = trained
     folder, _ = corrupt(

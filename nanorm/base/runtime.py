@@ -140,12 +140,13 @@ class Diverged(UsageError, FloatingPointError):
     every expected failure."""
 
 
-def check_finite(objective, step, ckpt_path):
-    """Stop at a NaN or infinite loss, saying what is kept (the last checkpoint was written
-    before it, and is never overwritten by the diverged weights)."""
+def check_finite(objective, step, kept):
+    """Stop at a NaN or infinite loss, saying what is kept: kept, the last checkpoint this run
+    wrote or resumed from (never overwritten by the diverged weights), or None."""
     if not math.isfinite(objective):
-        kept = f"the last good checkpoint stays at {ckpt_path}"
-        kept = kept if os.path.exists(ckpt_path) else "no checkpoint was written yet"
+        kept = (
+            f"the last good checkpoint stays at {kept}" if kept else "no checkpoint was written yet"
+        )
         raise Diverged(f"loss is {objective} at step {step}: stopping; {kept}")
 
 
