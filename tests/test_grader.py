@@ -17,7 +17,7 @@ import check  # notebooks/exercises/check.py
 
 EX = ROOT / "notebooks" / "exercises"
 
-# Each of these passed the checker that ran solutions in its own process (the audit's list):
+# Each of these passed the checker when it ran solutions in its own process:
 # exercise, the file, and what the checker now says about it.
 FRAME = '''
 import sys
@@ -274,7 +274,7 @@ def test_wrong_gae_fails(tmp_path, mistake):
     fails(write(tmp_path, "ex4_gae", source), "ex4_gae", hint)
 
 
-def test_the_decay_mistake_on_the_example_of_the_issue():
+def test_the_decay_mistake_on_a_worked_example():
     """rewards [0, 0, 0, 1], mask [1, 0, 0, 1], gamma 1, lam 0.95: A_0 is 0.95 * A_3 (the
     masked steps are skipped), not 0.95^3 * A_3; with values 0.5, 0.475 and not 0.4287."""
     rewards, mask = torch.tensor([[0.0, 0.0, 0.0, 1.0]]), torch.tensor([[1.0, 0.0, 0.0, 1.0]])

@@ -73,7 +73,7 @@ DEVICE = None  # where the inputs go; None: cuda if there is one, else cpu
 TIME_LIMIT = 120  # seconds one solution file may take on all its cases
 
 
-# ----------------------------------------------------------------------------- the solutions' process
+# ----------------------------------------------------------------------------- the runner
 _FORKS = sys.platform == "linux"  # elsewhere every solution run starts its own Python
 _ENV = ("PATH", "LANG", "LD_LIBRARY_PATH", "TMPDIR", "TEMP", "TMP", "SYSTEMROOT")
 _ENV_PREFIXES = ("LC_", "OMP_", "MKL_", "CUDA_", "NVIDIA_", "HIP_", "ROCR_", "TORCH_")
@@ -539,6 +539,7 @@ def _solution_side(request, reply_fd, folder, allowed):
     try:
         spec = importlib.util.spec_from_file_location(req["file"].removesuffix(".py"), path)
         module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # as an import would (a dataclass looks itself up there)
         spec.loader.exec_module(module)
         fn = getattr(module, req["function"], None)
     except BaseException as e:  # noqa: B036 (sys.exit in the file is a failure like any other)
@@ -751,7 +752,9 @@ class Solution:
                        "that never ends?")  # fmt: skip
         try:  # data only: a reply cannot make this process run anything
             reply = torch.load(io.BytesIO(data), weights_only=True)
-            results = reply["results"]
+            results = reply["results"] if isinstance(reply, dict) else None
+            if not isinstance(results, list):
+                raise ValueError("no results")
         except Exception:
             raise Fail(
                 "your file's process ended before it sent its results back (exit status "
@@ -807,6 +810,8 @@ class _Replies:
             grads = r.get("grads")
             grads = None if grads is None else [_decode(g, self.device) for g in grads]
             after = r.get("after")
+            if not (after is None or isinstance(after, list)):
+                raise ValueError("the inputs after the call are not a list")
         except Fail:
             raise
         except Exception:
@@ -2141,6 +2146,8 @@ def check(solution, name):
         return False, "not implemented yet: replace the TODO (and its raise NotImplementedError)"
     except (Fail, Raised) as e:
         return False, str(e)
+    except Exception as e:  # a reply the checks could not make sense of
+        return False, f"the checker could not judge what your file sent back: {e!r}"
     against = REFERENCE.get(name, f"nanoRM's {function}")
     return True, f"PASS ({n} checks against {against})"
 
