@@ -18,10 +18,13 @@ From Python (this is what tests/test_exercises.py does):
 How a solution is checked, and what that guarantees:
 
 - The checker draws each run's cases afresh (from os.urandom), in its own process.
-- The solution runs in another process, started with `python -I` in an empty folder holding a
-  copy of its file. It receives the inputs of the cases and nothing else, and sends back what
-  its function returned (and the gradients, for the losses). The checker loads that reply as
-  data only (torch.load(weights_only=True)), then computes the expected values with nanoRM's
+- The solution runs in another process, in an empty folder holding a copy of its file: on
+  Linux a fresh fork, per file, of a server that has imported torch and never imports nanoRM
+  (on the command line the checker itself, forked before it imports anything of nanoRM; from
+  Python, where the caller may hold anything, a `python -I` it starts); elsewhere a new
+  `python -I` per file. It receives the inputs of the cases and nothing else, and sends back
+  what its function returned (and the gradients, for the losses). The checker loads that reply
+  as data only (torch.load(weights_only=True)), then computes the expected values with nanoRM's
   functions and compares, in its own process: the solution cannot reach the expected values,
   the comparison, or the randomness the cases came from.
 - In the solution's process, nanoRM's files are not on the path, and an audit hook (which
@@ -79,8 +82,33 @@ _ENV = ("PATH", "LANG", "LD_LIBRARY_PATH", "TMPDIR", "TEMP", "TMP", "SYSTEMROOT"
 _ENV_PREFIXES = ("LC_", "OMP_", "MKL_", "CUDA_", "NVIDIA_", "HIP_", "ROCR_", "TORCH_")
 
 
+class _Forked:
+    """The server as a fork of the checker: the part of subprocess.Popen that _Runner uses."""
+
+    def __init__(self, pid, requests, replies):
+        self.pid, self.stdin, self.stdout = pid, requests, replies
+        self.returncode = None
+
+    def poll(self):
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout):
+        deadline = time.monotonic() + timeout
+        while self.poll() is None:
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired("the solutions' server", timeout)
+            time.sleep(0.01)
+
+    def kill(self):
+        os.kill(self.pid, signal.SIGKILL)
+
+
 class _Runner:
-    """Starts the solutions' processes: on Linux one server that imports torch once and forks a
+    """Starts the solutions' processes: on Linux one server that has imported torch and forks a
     fresh process per solution file; elsewhere one new Python per file."""
 
     def __init__(self):
@@ -105,11 +133,31 @@ class _Runner:
     def _env(self):
         return {k: v for k, v in os.environ.items() if k in _ENV or k.startswith(_ENV_PREFIXES)}
 
-    def start(self):
-        """Start the server now (its torch import runs beside the checker's own work)."""
+    def start(self, fork=False):
+        """Start the server: a new `python -I`, or with fork=True this process forked, which
+        shares its torch import. Fork only where this process holds nothing of nanoRM's and no
+        case yet (main() forks first thing); from Python the caller may hold anything."""
         if not _FORKS or (self.proc is not None and self.proc.poll() is None):
             return
         self.folder = self.folder or tempfile.mkdtemp(prefix="nanorm-check-")
+        if fork:
+            requests, replies = os.pipe(), os.pipe()
+            sys.stdout.flush()
+            pid = os.fork()
+            if pid == 0:  # the server: it never returns to the checker
+                try:
+                    os.chdir(self.folder)
+                    os.dup2(requests[0], 0)
+                    os.dup2(replies[1], 1)
+                    for fd in (*requests, *replies):
+                        os.close(fd)
+                    _serve()
+                finally:
+                    os._exit(0)
+            os.close(requests[0])
+            os.close(replies[1])
+            self.proc = _Forked(pid, os.fdopen(requests[1], "wb"), os.fdopen(replies[0], "rb"))
+            return
         self.proc = subprocess.Popen(
             self._command("--serve"),
             stdin=subprocess.PIPE,
@@ -165,11 +213,8 @@ class _Runner:
 
 _RUNNER = _Runner()
 atexit.register(_RUNNER.close)
-if __name__ == "__main__" and sys.argv[1:] not in (["--serve"], ["--once"]):
-    _RUNNER.start()  # the command line: the solutions' process imports torch beside this one
 
-
-import torch  # noqa: E402 (after the start above)
+import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 # Where nanoRM keeps each function the exercises are compared with (and the RL loop's defaults):
@@ -272,8 +317,8 @@ def _draw():
 
 
 # =============================================================================================
-# The solution's side. Everything from here to "the checker's side" runs in the solution's own
-# process: check.py run there by `python -I`, which never imports nanoRM.
+# The solution's side. Everything from here to "the checker's side" runs in the solutions'
+# server and the process it forks for each file, which never import nanoRM.
 # =============================================================================================
 _REACH = "out of the solution's reach: "  # starts every refusal, so the checker can name it
 _REFUSED = frozenset(
@@ -2169,7 +2214,7 @@ def main(argv=None):
     p.add_argument("--solutions", action="store_true", help="check exercises/solutions/ instead")
     p.add_argument("--device", default=None, help="where the inputs go (default: cuda if any)")
     args = p.parse_args(argv)
-    _RUNNER.start()  # (started at import when check.py is the command: see above)
+    _RUNNER.start(fork=True)  # before anything of nanoRM is imported here, or any case drawn
     if args.device:
         global DEVICE
         DEVICE = torch.device(args.device)
