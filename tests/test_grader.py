@@ -137,7 +137,7 @@ def _key(r, v, m, g, l):
 
 
 def _build():
-    chk = next(m for m in list(sys.modules.values()) if hasattr(m, "_gae_cases"))
+    chk = next(m for m in list(sys.modules.values()) if "_gae_cases" in vars(m))
     ref = sys.modules["critic"].gae
     for what, r, v, m, g, l in chk._gae_cases():
         _T[_key(r, v, m, g, l)] = ref(r, v, m, g, l)
@@ -203,10 +203,13 @@ ATTACKS["8. nanorm/rl.py's function pasted, renamed"] = (
 )
 ATTACKS["7. nanoRM's source in a string, exec'd"] = (
     "ex4_gae",
-    "import torch\n\n_SRC = {source!r}\n_ns = {{'torch': torch}}\n"
-    "exec(compile(_SRC, '<my own>', 'exec'), _ns)\ngae = _ns['gae']\n".replace(
-        "{source!r}", repr(inspect.getsource(check._ref("gae")))
-    ),
+    f"""import torch
+
+_SRC = {inspect.getsource(check._ref("gae"))!r}
+_ns = {{"torch": torch}}
+exec(compile(_SRC, "<my own>", "exec"), _ns)
+gae = _ns["gae"]
+""",
     "copied from critic.py",
 )
 

@@ -140,7 +140,8 @@ class _Runner:
         if not _FORKS or (self.proc is not None and self.proc.poll() is None):
             return
         self.folder = self.folder or tempfile.mkdtemp(prefix="nanorm-check-")
-        if fork:
+        loaded = [m for m in sys.modules if m.split(".")[0] in (*PROJECT, "solutions")]
+        if fork and not loaded:  # (main() called from Python, after `import reward`: no fork)
             requests, replies = os.pipe(), os.pipe()
             sys.stdout.flush()
             pid = os.fork()
