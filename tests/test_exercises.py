@@ -2,10 +2,10 @@
 gives the advertised hint for the classic mistakes."""
 
 import contextlib
+import inspect
 import re
 import subprocess
 import sys
-import types
 
 import pytest
 import torch
@@ -28,7 +28,7 @@ def test_every_exercise_has_a_template_and_a_solution():
 @pytest.mark.parametrize("name", NAMES)
 def test_solution_passes(name):
     passed, message = check.check(
-        check.load(ROOT / "notebooks" / "exercises" / "solutions" / f"{name}.py"), name
+        ROOT / "notebooks" / "exercises" / "solutions" / f"{name}.py", name
     )
     assert passed, message
 
@@ -37,15 +37,32 @@ def test_solution_passes(name):
 def test_blank_template_fails(name):
     path = ROOT / "notebooks" / "exercises" / f"{name}.py"
     assert "TODO" in path.read_text()
-    passed, message = check.check(check.load(path), name)
+    passed, message = check.check(path, name)
     assert not passed and message.startswith("not implemented yet"), message
 
 
 EX = ROOT / "notebooks" / "exercises"
+HEADER = "import contextlib\nimport re\n\nimport torch\nimport torch.nn.functional as F\n\n\n"
 
 
-def mistake(**functions):
-    return types.SimpleNamespace(**functions)
+def solution_file(folder, name, *parts):
+    """A solution file for exercise `name` in its own folder under `folder`: each part is source
+    text or a function of this module (its source is copied), and the first function given is
+    bound to the exercise's function name. The checker runs files, in a process of their own."""
+    name = check.resolve(name)
+    folder = folder / f"{name}-{len(list(folder.glob(name + '-*')))}"
+    folder.mkdir()
+    text, first = HEADER, None
+    for part in parts:
+        if callable(part):
+            first = first or part.__name__
+            part = inspect.getsource(part)
+        text += part + "\n\n"
+    if first and first != check.EXERCISES[name][0]:
+        text += f"{check.EXERCISES[name][0]} = {first}\n"
+    path = folder / f"{name}.py"
+    path.write_text(text)
+    return path
 
 
 # ex7: LLMBook's bugs one at a time (the other two fixed)
@@ -104,22 +121,20 @@ def last_number(response, gt_answer):
 def first_box(response, gt_answer):
     i = response.find("\\boxed{")
     if i < 0:
-        return SOLUTION_9.gsm8k_reward(response, gt_answer)
+        return solution_reward(response, gt_answer)  # noqa: F821 (the solution's, in the file)
     return float(
-        SOLUTION_9.number(response[i + 7 : response.index("}", i)])
+        number(response[i + 7 : response.index("}", i)])  # noqa: F821
         == float(gt_answer.replace(",", ""))
     )
 
 
 def as_strings(response, gt_answer):
     """Strings compared after trimming: '1,000' is not '1000'."""
-    answer = SOLUTION_9.extract(response)
+    answer = extract(response)  # noqa: F821 (the solution's, in the file)
     answer = None if answer is None else answer.strip(" :.$").removesuffix(".00")
     return float(answer == gt_answer)
 
 
-# the solution's helpers, compiled under another file name: the mistakes below are built on
-# them, and the checker forbids running the solutions' own files
 def score_at_last_column(logp, ref, mask, score, kl_coef):
     rewards = -kl_coef * (logp - ref) * mask
     return torch.cat([rewards[:, :-1], rewards[:, -1:] + score[:, None]], 1)
@@ -130,62 +145,78 @@ def unmasked_penalty(logp, ref, mask, score, kl_coef):
     return (-kl_coef * (logp - ref)).scatter_add(1, last, score[:, None])
 
 
-SOLUTION_9 = types.SimpleNamespace()
-_source = (EX / "solutions" / "ex9_gsm8k_reward.py").read_text()
-exec(compile(_source, "<the ex9 solution, copied into a mistake>", "exec"), vars(SOLUTION_9))
+# the ex9 mistakes below are built on the solution's helpers (extract, number), copied into
+# each mistake's file
+SOLUTION_9 = (EX / "solutions" / "ex9_gsm8k_reward.py").read_text() + (
+    "\n\nsolution_reward = gsm8k_reward  # before the mistake takes the name\n"
+)
+
+
+def rotate_half(x, cos, sin):
+    """Hugging Face's layout: pairs (i, i + D/2)."""
+    D = x.size(-1)
+    x1, x2 = x[..., : D // 2], x[..., D // 2 :]
+    cos, sin = cos.unsqueeze(-2), sin.unsqueeze(-2)
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
+LM = (_pooled, _lm_term)  # the helpers the ex7 mistakes call
 
 
 @pytest.mark.parametrize(
-    "name, module, hint",
+    "name, parts, hint",
     [
-        ("ex1", mistake(last_real_index=lambda m: m.long().sum(-1) - 1), "with left padding"),
+        ("ex1", ["def last_real_index(m):\n    return m.long().sum(-1) - 1"], "with left padding"),
         (
             "ex1",
-            mistake(last_real_index=lambda m: torch.full((len(m),), m.size(1) - 1)),
+            ["def last_real_index(m):\n    return torch.full((len(m),), m.size(1) - 1)"],
             "last column",
         ),
         (
             "ex2",
-            mistake(
-                logsig_loss=lambda c, r, m=None: (
-                    -torch.log(torch.sigmoid(c - r - (0 if m is None else m))).mean()
-                )
-            ),
+            [
+                "def logsig_loss(c, r, m=None):\n"
+                "    return -torch.log(torch.sigmoid(c - r - (0 if m is None else m))).mean()"
+            ],
             "logsigmoid",
         ),
-        ("ex2", mistake(logsig_loss=lambda c, r, m=None: -F.logsigmoid(r - c).mean()), "swapped"),
-        ("ex3", mistake(apply_rope=check._rotate_half), "rotate_half"),
+        (
+            "ex2",
+            ["def logsig_loss(c, r, m=None):\n    return -F.logsigmoid(r - c).mean()"],
+            "swapped",
+        ),
+        ("ex3", [rotate_half], "rotate_half"),
         (
             "ex4",
-            mistake(gae=lambda r, v, m, gamma=1.0, lam=0.95: (0 * v, v)),
+            ["def gae(r, v, m, gamma=1.0, lam=0.95):\n    return 0 * v, v"],
             "advantages are wrong",
         ),
-        ("ex5", mistake(extract_boxed=lambda t: None), "expected"),
+        ("ex5", ["def extract_boxed(t):\n    return None"], "expected"),
         (
             "ex6",
-            mistake(value_loss=lambda v, o, r, m, clip_eps=0.2: ((v - r) ** 2).mean()),
+            ["def value_loss(v, o, r, m, clip_eps=0.2):\n    return ((v - r) ** 2).mean()"],
             "values",
         ),
-        ("ex6", mistake(), "no function named 'value_loss'"),
+        ("ex6", [], "no function named 'value_loss'"),
         (
             "ex7",
-            mistake(lm_regularized_loss=check.load(EX / "ex7_lm_loss.py").as_published),
+            [(EX / "ex7_lm_loss.py").read_text(), "lm_regularized_loss = as_published"],
             "bug 1, no pooling",
         ),
-        ("ex7", mistake(lm_regularized_loss=label_zero), "bug 2, the label"),
-        ("ex7", mistake(lm_regularized_loss=no_shift), "bug 3, no shift"),
-        ("ex8", mistake(accumulate=unscaled), "did not scale the losses"),
-        ("ex8", mistake(accumulate=syncs_every_step), "every micro-step all-reduces"),
-        ("ex8", mistake(accumulate=never_syncs), "the last micro-step must sync"),
-        ("ex9", mistake(gsm8k_reward=last_number), "a \\boxed{} answer comes first"),
-        ("ex9", mistake(gsm8k_reward=first_box), "take the LAST box"),
-        ("ex9", mistake(gsm8k_reward=as_strings), "commas separate thousands"),
-        ("ex10", mistake(kl_penalty_rewards=score_at_last_column), "not the last column"),
-        ("ex10", mistake(kl_penalty_rewards=unmasked_penalty), "mask the penalty"),
+        ("ex7", [label_zero, *LM], "bug 2, the label"),
+        ("ex7", [no_shift, *LM], "bug 3, no shift"),
+        ("ex8", [unscaled], "did not scale the losses"),
+        ("ex8", [syncs_every_step], "every micro-step all-reduces"),
+        ("ex8", [never_syncs], "the last micro-step must sync"),
+        ("ex9", [last_number], "a \\boxed{} answer comes first"),
+        ("ex9", [first_box, SOLUTION_9], "take the LAST box"),
+        ("ex9", [as_strings, SOLUTION_9], "commas separate thousands"),
+        ("ex10", [score_at_last_column], "not the last column"),
+        ("ex10", [unmasked_penalty], "mask the penalty"),
     ],
 )
-def test_checker_hints_at_the_mistake(name, module, hint):
-    passed, message = check.check(module, name)
+def test_checker_hints_at_the_mistake(tmp_path, name, parts, hint):
+    passed, message = check.check(solution_file(tmp_path, name, *parts), name)
     assert not passed and hint in message, message
 
 
@@ -203,37 +234,37 @@ def test_command_line():
 
 
 def test_a_solution_that_calls_the_project_fails_with_a_hint(tmp_path):
-    import reward
-
-    borrowed = mistake(last_real_index=reward.last_real_index)  # the function itself
+    borrowed = solution_file(tmp_path, "ex1", "from reward import last_real_index")  # itself
     passed, message = check.check(borrowed, "ex1")
     assert not passed and "nanoRM's own code" in message, message
-    inside = tmp_path / "ex1_pooling.py"  # imported inside the function: found in the source
-    inside.write_text(
-        "def last_real_index(mask):\n    import reward\n\n    return reward.last_real_index(mask)\n"
+    inside = solution_file(  # imported inside the function: found in the source
+        tmp_path,
+        "ex1",
+        "def last_real_index(mask):\n    import reward\n\n    return reward.last_real_index(mask)",
     )
-    passed, message = check.check(check.load(inside), "ex1")
+    passed, message = check.check(inside, "ex1")
     assert not passed and "imports from nanoRM" in message, message
 
 
-def test_an_exception_names_its_input():
-    def fails_on_one_token(mask):  # right on every other case
-        if mask.size(1) == 1:
-            raise IndexError("row 0 is out of range")
-        return torch.stack([row.nonzero().max() for row in mask.long()])
+def fails_on_one_token(mask):  # right on every other case
+    if mask.size(1) == 1:
+        raise IndexError("row 0 is out of range")
+    return torch.stack([row.nonzero().max() for row in mask.long()])
 
-    passed, message = check.check(mistake(last_real_index=fails_on_one_token), "ex1")
+
+def test_an_exception_names_its_input(tmp_path):
+    passed, message = check.check(solution_file(tmp_path, "ex1", fails_on_one_token), "ex1")
     assert not passed and "raised IndexError: row 0 is out of range" in message, message
     assert "on the input: [[1]" in message and "device" in message, message
 
 
-def test_a_result_on_another_device_fails(monkeypatch):
+def test_a_result_on_another_device_fails(tmp_path, monkeypatch):
     """The inputs sit on check.DEVICE; a result made elsewhere fails with a hint. Here the
     inputs go to the 'meta' device and a result built on the CPU is caught before any value
     is compared (on a GPU machine, check.py --device cuda runs the whole checker there)."""
     monkeypatch.setattr(check, "DEVICE", torch.device("meta"))
-    on_cpu = lambda m: torch.zeros(len(m), dtype=torch.long)
-    passed, message = check.check(mistake(last_real_index=on_cpu), "ex1")
+    on_cpu = "def last_real_index(m):\n    return torch.zeros(len(m), dtype=torch.long)"
+    passed, message = check.check(solution_file(tmp_path, "ex1", on_cpu), "ex1")
     assert not passed and "your result is on cpu but the inputs were on meta" in message, message
 
 
@@ -242,11 +273,12 @@ def test_solutions_pass_on_a_gpu(monkeypatch):
     monkeypatch.setattr(check, "DEVICE", torch.device("cuda"))
     for name in NAMES:
         path = ROOT / "notebooks" / "exercises" / "solutions" / f"{name}.py"
-        passed, message = check.check(check.load(path), name)
+        passed, message = check.check(path, name)
         assert passed, f"{name}: {message}"
 
 
-# Every route to the answer fails: the checker watches which functions the student's call runs.
+# Every route to the answer fails: nanoRM's modules are not on the path where the solution runs
+# (nor loaded there), and an import of one in the file's source is named before it runs.
 ROUTES = {  # how the file reaches reward.py
     "__import__": 'reward = __import__("reward")',
     "sys.modules": 'import sys\n    reward = sys.modules["reward"]',
@@ -268,9 +300,7 @@ USES = {  # what it then returns, right on every input
 
 def _file(tmp_path, name, body, before=""):
     signature = USES[name][0]
-    path = tmp_path / f"{name}.py"
-    path.write_text(f"{before}def {signature}:\n    {body}\n")
-    return check.load(path)
+    return solution_file(tmp_path, name, f"{before}def {signature}:\n    {body}\n")
 
 
 @pytest.mark.parametrize("name", USES)
@@ -287,7 +317,7 @@ def test_a_solution_is_no_route_either(tmp_path, name):
     imported = _file(tmp_path, name, f"from solutions.{name} import {fn} as f\n    return f({args}")
     passed, message = check.check(imported, name)
     assert not passed and "solution" in message, message
-    # a reference saved at import time, under another name, by path: the watch still sees it
+    # a reference saved at import time, under another name, by path: the file is out of reach
     solution = EX / "solutions" / f"{name}.py"
     saved = (
         "import importlib.util as u\n\n"
@@ -297,7 +327,7 @@ def test_a_solution_is_no_route_either(tmp_path, name):
     )
     borrowed = _file(tmp_path, name, f"return _F({args}", before=saved)
     passed, message = check.check(borrowed, name)
-    assert not passed and "runs" in message, message
+    assert not passed and "out of reach" in message and f"solutions/{name}.py" in message, message
 
 
 def sums_then_backward(model, micro_batches, loss_fn):
@@ -321,32 +351,32 @@ def retains_graphs(model, micro_batches, loss_fn):
 
 def counts_up(response, gt_answer):
     """The marks first, then the last number of the text: pays '1 2 3 ... 18' for 18."""
-    answer = SOLUTION_9.extract(response)
+    answer = extract(response)  # noqa: F821 (the solution's, in the file)
     if answer is None:
         numbers = re.findall(r"-?\d+", response)
         answer = numbers[-1] if numbers else None
     return float(
-        answer is not None and SOLUTION_9.number(answer) == float(gt_answer.replace(",", ""))
+        answer is not None and number(answer) == float(gt_answer.replace(",", ""))  # noqa: F821
     )
 
 
 def anywhere(response, gt_answer):
     """The reference anywhere among the numbers: pays 'I tried 17, 18 and 19.'"""
-    answer = SOLUTION_9.extract(response)
+    answer = extract(response)  # noqa: F821 (the solution's, in the file)
     if answer is not None:
-        return SOLUTION_9.gsm8k_reward(response, gt_answer)
+        return solution_reward(response, gt_answer)  # noqa: F821
     return float(gt_answer.replace(",", "") in re.findall(r"-?\d+", response))
 
 
 @pytest.mark.parametrize(
-    "name, module, hint",
+    "name, parts, hint",
     [
-        ("ex8", mistake(accumulate=sums_then_backward), "graphs were alive together"),
-        ("ex8", mistake(accumulate=retains_graphs), "graphs were alive together"),
-        ("ex9", mistake(gsm8k_reward=counts_up), "lists every number up to it"),
-        ("ex9", mistake(gsm8k_reward=anywhere), "lists every number up to it"),
+        ("ex8", [sums_then_backward], "graphs were alive together"),
+        ("ex8", [retains_graphs], "graphs were alive together"),
+        ("ex9", [counts_up, SOLUTION_9], "lists every number up to it"),
+        ("ex9", [anywhere, SOLUTION_9], "lists every number up to it"),
     ],
 )
-def test_checker_catches_the_hidden_costs_and_hacks(name, module, hint):
-    passed, message = check.check(module, name)
+def test_checker_catches_the_hidden_costs_and_hacks(tmp_path, name, parts, hint):
+    passed, message = check.check(solution_file(tmp_path, name, *parts), name)
     assert not passed and hint in message, message

@@ -25,8 +25,9 @@ def value_loss(
     """The clipped value loss, a scalar tensor.
 
     values: (B, R) the critic's new values (requires grad); old_values, returns: (B, R);
-    mask: (B, R), 1 on response tokens. The mean is over the tokens where mask is 1 only
-    (padding must not count), and the result must be differentiable with respect to values.
+    mask: (B, R) float, long or bool, 1 on response tokens (padding on either side). The mean
+    is over the tokens where mask is 1 only (padding must not count), and the result must be
+    differentiable with respect to values.
     """
     # TODO: your code here (three or four lines)
     raise NotImplementedError

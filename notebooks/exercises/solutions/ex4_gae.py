@@ -26,9 +26,9 @@ def gae(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(advantages, returns), both (B, R), for a batch of B responses of R steps.
 
-    rewards, values: (B, R) float; mask: (B, R), 1 on actions and 0 on steps that are not
-    actions. Masked steps are:
-      - right padding (a response shorter than R), and
+    rewards, values: (B, R) float; mask: (B, R) float, long or bool, 1 on actions and 0 on
+    steps that are not actions. Masked steps are:
+      - padding (a response shorter than R), on the right or on the left, and
       - steps inside a response that the policy did not choose (e.g. a tool's output).
     A masked step is not a step at all: skip it, so the action before it bootstraps from the
     next real action (its V and its A), or from 0 if there is none. Masked positions get
