@@ -42,6 +42,7 @@ def built_in_arith(tmp_path_factory):
             built_in()  # a no-op for the worker that waited: the data is there now
     return HERE
 
+
 # a model small enough for any test: two layers, grouped-query attention, an odd vocabulary
 TINY = dict(dim=32, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=61, hidden_dim=64)
 TINY_MAX_LEN = 64
