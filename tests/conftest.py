@@ -1,6 +1,8 @@
 """Shared test helpers: where the shared data lives, a skip when it is absent, one tiny model
-factory and a tiny batch of preference pairs."""
+factory and a tiny batch of preference pairs; the built-in arithmetic data made once per session;
+one torch thread per pytest-xdist worker."""
 
+import os
 import sys
 from pathlib import Path
 
@@ -10,6 +12,36 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
 sys.path.insert(0, str(ROOT))  # tests import model, reward, ... from the project root
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `pytest -n 2` (pyproject's addopts) runs two worker processes: one thread each keeps the
+    # total at two, as a plain run on a 2-core CPU has; the commands and notebook kernels a test
+    # starts inherit OMP_NUM_THREADS. A value set by hand is kept.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
+def pytest_collection_modifyitems(config, items):
+    """The slow tests first, each file's in its order: `pytest -n 2` hands the first quarter of
+    the tests out in turn, so the two workers share the long ones and end on quick ones."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # a stable sort
+
+
+@pytest.fixture(scope="session", autouse=True)
+def built_in_arith(tmp_path_factory):
+    """data/arith, the built-in pairs that train_rm.py, nanorm.rl and the notebooks make on first
+    use, made once before any test. Under a lock: two xdist workers, or two notebooks, asking
+    for it at once would otherwise both write it."""
+    from filelock import FileLock  # a dependency of torch
+
+    from data.arith.prepare import HERE, built_in
+
+    if not os.path.exists(os.path.join(HERE, "meta.json")):
+        # the folder above each worker's own basetemp is the one all workers share
+        with FileLock(tmp_path_factory.getbasetemp().parent / "built_in_arith.lock"):
+            built_in()  # a no-op for the worker that waited: the data is there now
+    return HERE
+
 
 # a model small enough for any test: two layers, grouped-query attention, an odd vocabulary
 TINY = dict(dim=32, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=61, hidden_dim=64)

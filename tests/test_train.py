@@ -199,9 +199,12 @@ def test_nan_loss_stops_and_keeps_last_checkpoint(arith, tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_short_run_learns(arith, tmp_path):
-    res = run(arith, tmp_path, "--max_iters", 400, "--eval_interval", 400, "--eval_pairs", 300)
-    # chance is 0.5 (+-0.03 on 300 pairs) and the length baseline about 0.5
-    assert res["acc"] > 0.65, res
+    res = run(arith, tmp_path, "--max_iters", 200, "--warmup", 10, "--eval_interval", 200,
+              "--eval_pairs", 300)  # fmt: skip
+    # held out: the loss starts at log 2 = 0.693 (its standard error on 300 pairs about 0.01)
+    # and chance's accuracy is 0.5 +- 0.03, the length baseline 0.48; measured after 200 steps:
+    # loss 0.519 (AVX2) and 0.559 (scalar kernels), accuracy 0.673 and 0.640
+    assert res["loss"] < 0.62 and res["acc"] > 0.58, res
     for f in ("ckpt.pt", "log.jsonl", "curves.png", "reward_hist.png"):
         assert (tmp_path / f).stat().st_size > 0
     rows = [json.loads(r) for r in open(tmp_path / "log.jsonl")]

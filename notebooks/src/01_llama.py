@@ -16,10 +16,11 @@
 # Everything is imported from the project's files; nothing is re-implemented here. It runs in
 # seconds on a laptop CPU.
 #
-# **The printed outputs** stored with this notebook are one machine's run: an AMD EPYC without
-# AVX-512, 2 cores. On another CPU the digits differ (PyTorch and MKL pick other kernels there,
-# which add floats in another order, and a training run drifts from that), while the claims the
-# text makes hold: `tests/test_notebooks.py` checks each of them on a fresh run.
+# **The printed outputs** stored with this notebook are one machine's run: a 2-core AMD EPYC
+# without AVX-512 (PyTorch's AVX2 kernels). On another CPU the digits differ (PyTorch and MKL
+# pick other kernels there, which add floats in another order, and a training run drifts from
+# that), while the claims the text makes hold: `tests/test_notebooks.py` checks each of them on
+# a fresh run.
 
 # %% tags=["shared-data"]
 import os

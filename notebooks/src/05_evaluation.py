@@ -16,10 +16,11 @@
 #    trap built from its own pairs,
 # 3. read the plots.
 #
-# **The printed outputs** stored with this notebook are one machine's run: an AMD EPYC without
-# AVX-512, 2 cores. On another CPU the digits differ (PyTorch and MKL pick other kernels there,
-# which add floats in another order, and a training run drifts from that), while the claims the
-# text makes hold: `tests/test_notebooks.py` checks each of them on a fresh run.
+# **The printed outputs** stored with this notebook are one machine's run: a 2-core AMD EPYC
+# without AVX-512 (PyTorch's AVX2 kernels). On another CPU the digits differ (PyTorch and MKL
+# pick other kernels there, which add floats in another order, and a training run drifts from
+# that), while the claims the text makes hold: `tests/test_notebooks.py` checks each of them on
+# a fresh run.
 
 # %%
 import json
@@ -196,9 +197,10 @@ fig.tight_layout()
 #
 # What to do about it: compare every accuracy with `longer_wins` on the same pairs (RewardBench
 # does this with its length-controlled subsets); train on data whose pairs differ in quality but
-# not in length (the arithmetic pairs of notebook 02 have `longer_wins` near 0.5, and a model
-# trained there has to read the numbers); or give length its own head so the quality head is
-# decorrelated from it (ODIN, length_head.py's length-debiased model).
+# not in length (in the arithmetic pairs of notebook 02 `longer_wins` is 0.454 on the held-out
+# pairs: there the longer answer is more often the wrong one, and a model trained there has to
+# read the numbers); or give length its own head so the quality head is decorrelated from it
+# (ODIN, length_head.py's length-debiased model).
 #
 # The same report on other data, from the command line:
 #

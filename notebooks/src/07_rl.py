@@ -4,8 +4,9 @@
 # A reward model exists to be optimized against. This notebook runs [`nanorm/rl.py`](../nanorm/rl.py) on the
 # built-in arithmetic questions ("What is 7 - 9?"), where a verifier knows the right answer,
 # so we can watch two rewards at once: the **proxy** (a reward model trained by `train_rm.py`
-# on a few hundred pairs), which the policy is trained on, and the **gold** (the verifier's
-# accuracy), which it never sees. We walk through one PPO step by hand:
+# on some of the data's pairs: 300 in the cells here, 5,000 or 1,000 in the full runs of
+# section 6), which the policy is trained on, and the **gold** (the verifier's accuracy), which
+# it never sees. We walk through one PPO step by hand:
 #
 # 1. the pieces: an SFT policy that answers, the proxy, the verifier;
 # 2. the **rollout** (KV-cache sampling) and the **reward at the last token**;
@@ -17,10 +18,11 @@
 #
 # Everything here is `nanorm/rl.py`'s own functions; the notebook defines none of its own.
 #
-# **The printed outputs** stored with this notebook are one machine's run: an AMD EPYC without
-# AVX-512, 2 cores. On another CPU the digits differ (PyTorch and MKL pick other kernels there,
-# which add floats in another order, and a training run drifts from that), while the claims the
-# text makes hold: `tests/test_notebooks.py` checks each of them on a fresh run.
+# **The printed outputs** stored with this notebook are one machine's run: a 2-core AMD EPYC
+# without AVX-512 (PyTorch's AVX2 kernels). On another CPU the digits differ (PyTorch and MKL
+# pick other kernels there, which add floats in another order, and a training run drifts from
+# that), while the claims the text makes hold: `tests/test_notebooks.py` checks each of them on
+# a fresh run.
 
 # %%
 import copy
@@ -50,17 +52,21 @@ work = tempfile.mkdtemp(prefix="nanorm_rl_")
 # LLaMA of the same shape to answer, by next-token cross-entropy on the right answers only.
 # Both are cached in `--cache_dir`, so `nanorm/rl.py`'s later runs reuse them. The gold is
 # `RLVRRewardModel([gsm8k_reward])`: 1 when the answer is right ("The answer is 11.",
-# "#### 11", "\boxed{11}"), else 0. (Shorter than `nanorm/rl.py`'s defaults: each of the two
-# cells below runs in under a minute.)
+# "#### 11", "\boxed{11}"), else 0. (Much shorter than `nanorm/rl.py`'s defaults, 400 SFT
+# steps and a proxy of 1,000 steps on 5,000 pairs: each cell below takes well under a minute
+# on a laptop CPU.)
 
 # %%
-SHORT = ["--out_dir", work, "--sft_steps", "300", "--proxy_pairs", "300", "--proxy_iters", "150"]
+SHORT = ["--out_dir", work, "--sft_steps", "200", "--proxy_pairs", "300", "--proxy_iters", "150"]
 args = rl.parse_args(SHORT)
-data_dir, train, val, meta, tok = rl.arith()
+data_dir, train, val, meta, tok = rl.arith()  # data/arith/, made on first use
+
+# %%
 proxy = rl.proxy_reward_model(data_dir, args)
 
 # %% [markdown]
-# The SFT policy: 300 steps of 64 right answers each, the loss on the response tokens only.
+# The SFT policy: 200 steps of 64 right answers each, the loss on the response tokens only
+# (`nanorm/rl.py` takes 400: its policy answers more questions right, and takes twice as long).
 
 # %%
 policy = rl.sft_policy(train, meta, copy.deepcopy(proxy.backbone.config), args)
@@ -80,7 +86,7 @@ print(f"proxy: {type(proxy).__name__}, policy: {sum(p.numel() for p in policy.pa
 # response and checks the answer.
 #
 # **Predict:** the SFT policy samples at temperature 1. Will it be right more or less often
-# than greedy decoding?
+# than greedy decoding? (Eight answers cannot tell; the cell also asks all 600 questions.)
 
 # %%
 torch.manual_seed(0)
@@ -96,11 +102,26 @@ print(f"prompts left-padded to P = {P}, responses of at most {resp_mask.size(1)}
 for b in range(8):
     q, r = tok.decode(prompts[b]), tok.decode(seq[b, P:last[b] + 1].tolist())
     print(f"{q:>22} -> {r!r:30} proxy {score[b]:+.2f}  gold {gold[b]:.0f}  (answer {answers[b]})")
-greedy = policy.generate(seq[:, :P], 16, 0.0, attention_mask=mask[:, :P])
-greedy_right = [rl.gsm8k_reward(tok.decode(greedy[b, P:].tolist()), answers[b]) for b in range(8)]
-print(f"\nsampled: {gold.mean():.2f} right; greedy: {sum(greedy_right) / 8:.2f} right")
+
+# eight answers cannot answer the question above: ask every distinct question, four sampled
+# answers each (temperature 1) and one greedy answer, each answer cut at its EOS
+accuracy = {}
+for name, temperature, rows in (("sampled", args.temperature, qs * 4), ("greedy", 0.0, qs)):
+    decoding = copy.copy(args)
+    decoding.temperature = temperature
+    all_seq, all_mask, all_P, all_resp = rl.rollout(policy, [q for q, _ in rows], decoding, meta["pad_id"], meta["eos_id"])
+    ends = all_P + all_resp.long().sum(1) - 1
+    right = gold_rm(all_seq, all_mask, response_start=torch.full_like(ends, all_P), response_end=ends,
+                    gt_answer=[a for _, a in rows])
+    accuracy[name] = right.mean().item()
+print(f"\nthese 8 sampled answers: {gold.mean():.2f} right. All {len(qs)} questions, each answer cut at its EOS: "
+      f"sampled {accuracy['sampled']:.3f} right (4 answers each), greedy {accuracy['greedy']:.3f} right")
 
 # %% [markdown]
+# Greedy decoding is right more often (the last line): a sampled answer takes a less likely digit
+# now and then, and one wrong digit makes a wrong answer. PPO samples all the same: it learns
+# from the spread of its own answers, the better ones made more likely.
+#
 # ## 3. The per-token KL penalty
 #
 # PPO does not hand the score alone to the policy: every token pays for moving away from the
@@ -156,10 +177,17 @@ for name, row in [("rewards", rewards), ("values", old_values), ("advantages", a
 # that sampled, so every ratio is 1 and nothing is clipped. After the step, the penalty of a
 # token can have either sign (the policy now likes that token more, or less, than the
 # reference does); the KL, its mean over the policy's own samples, is never negative.
+#
+# The step uses `nanorm/rl.py`'s learning rates (`--lr` 1e-4 for the policy, `--critic_lr` 1e-3
+# for the critic). Adam's first step moves every weight by about the learning rate, whatever its
+# gradient, so the KL a small step moves grows about with the square of it: the cell also takes
+# the same step at ten times the rate from the same start, which moves the policy fifty to a
+# hundred times further (`bench/rl/README.md` calls 1e-3 a step far too large).
 
 # %%
-policy_opt = torch.optim.AdamW(policy.parameters(), lr=1e-3, weight_decay=0.0)
-critic_opt = torch.optim.AdamW(critic.parameters(), lr=1e-3)
+before = copy.deepcopy(policy)  # for the same step at ten times the learning rate, below
+policy_opt = torch.optim.AdamW(policy.parameters(), lr=args.lr, weight_decay=0.0)
+critic_opt = torch.optim.AdamW(critic.parameters(), lr=args.critic_lr)
 policy.train()
 logp = rl.token_logprobs(policy, seq, mask, P)
 ratio = (logp - old_logp).exp()
@@ -177,12 +205,28 @@ with torch.no_grad():
     new_logp = rl.token_logprobs(policy, seq, mask, P)
 print(f"value loss {v_loss.item():.4f}")
 print("row 0's KL penalty now:", [round(v, 4) for v in (-0.05 * (new_logp - ref_logp) * resp_mask)[0, :n0].tolist()])
-# the KL is an expectation under the policy: measure it on the updated policy's own samples
-torch.manual_seed(1)
-seq2, mask2, _, resp2 = rl.rollout(policy, prompts * 8, args, meta["pad_id"], meta["eos_id"])
-with torch.no_grad():
-    log_ratio = rl.token_logprobs(policy, seq2, mask2, P) - rl.token_logprobs(reference, seq2, mask2, P)
-print(f"KL to the reference after one step, on 64 fresh samples: {(log_ratio * resp2).sum(1).mean():.3f} nats")
+
+fast = before.train()  # the same policy step at ten times the learning rate
+fast_opt = torch.optim.AdamW(fast.parameters(), lr=10 * args.lr, weight_decay=0.0)
+fast_loss = clipped_policy_loss(rl.token_logprobs(fast, seq, mask, P), old_logp, whiten(adv, resp_mask), resp_mask, 0.2)
+fast_opt.zero_grad()
+fast_loss.backward()
+fast_opt.step()
+fast.eval()
+# the KL is an expectation under the policy: measure it on each updated policy's own samples,
+# exactly at each token (the sum over the vocabulary, never negative) and as rl.jsonl's kl
+# estimates it (the sampled log-ratio, which can come out negative)
+for lr, moved in ((args.lr, policy), (10 * args.lr, fast)):
+    torch.manual_seed(1)
+    seq2, mask2, P2, resp2 = rl.rollout(moved, prompts * 8, args, meta["pad_id"], meta["eos_id"])
+    with torch.no_grad():
+        logp_new = torch.log_softmax(moved(seq2, mask2)[:, P2 - 1 : -1].float(), -1)  # (B, R, vocab)
+        logp_ref = torch.log_softmax(reference(seq2, mask2)[:, P2 - 1 : -1].float(), -1)
+    exact = (logp_new.exp() * (logp_new - logp_ref)).sum(-1)  # (B, R): each token's KL
+    taken = seq2[:, P2:, None]
+    log_ratio = (logp_new.gather(-1, taken) - logp_ref.gather(-1, taken)).squeeze(-1)
+    print(f"one step at lr {lr:g}: KL to the reference on 64 fresh samples {(exact * resp2).sum(1).mean():.4f} "
+          f"nats (exact per token); the sampled log-ratio {(log_ratio * resp2).sum(1).mean():+.4f}")
 
 # %% [markdown]
 # ## 6. A short live run, then the full curves
@@ -256,8 +300,9 @@ for name, rs in runs.items():  # 5-step moving averages: one step's gold is +-0.
 #    negative on one step? (It is a sampled estimate of a non-negative quantity.)
 # 2. GRPO has no critic: where does its baseline come from, and what does a group whose 8
 #    answers are all right contribute to the gradient?
-# 3. The proxy saw 300 pairs. What would you expect of the curve with a proxy trained on 3,000
-#    (`python -m nanorm.rl --proxy_pairs 3000`)?
+# 3. The full runs' proxies saw 5,000 and 1,000 pairs, the live run's 300. From those two, what
+#    do you expect of the gold over 100 steps against a proxy of 300 pairs
+#    (`python -m nanorm.rl --proxy_pairs 300`), and against one of all 20,000 training pairs?
 #
 # **Exercise:** `exercises/ex10_kl_penalty.py` (write `kl_penalty_rewards`), checked by
 # `python notebooks/exercises/check.py ex10`.
