@@ -27,7 +27,12 @@ defines every metric (train_rm.py writes the same report of its final evaluation
 
 A length calibration stored in the checkpoint (or an HF export's config.json) is applied unless
 --calibrate_length false; --calibrate_length fits one if none is stored; --save_calibration stores
-it and the rewards' mean and std on --data (held-out pairs) in --ckpt. See nanorm/calibrate.py.
+it and the rewards' mean and std on --data (held-out pairs) in --ckpt, holding the lock of the
+ckpt's folder (a run's, nanorm/run_dir.py) from before the weights are read until they are
+stored: refused while a run writes there. See nanorm/calibrate.py.
+
+--out is checked before any work: a file there that eval_rm.py did not write (its record,
+.nanorm, says which it did) is refused, never replaced (nanorm/base/command.py, Outputs).
 
 `evaluate` below is what train_rm.py calls for its held-out evaluation too (imports go one way:
 train_rm imports eval_rm), so a prepared dataset gives train_rm's accuracy to the last digit.
@@ -47,7 +52,8 @@ from nanorm.base.checkpoints import load
 from nanorm.base.command import REQUIRED, UsageError, check_device, one_of, opt, parse_config, run
 from nanorm.base.runtime import all_reduce_sum, auto_dtype, dtype_context
 from nanorm.ckpt import checkpoint_tokenizer, load_reward_model
-from nanorm.report import Scored, best_of_n, response_lengths, write_served_report
+from nanorm.report import Scored, best_of_n, report_outputs, response_lengths, write_served_report
+from nanorm.run_dir import claim, release
 from reward import LogSigLoss, ranked_right
 
 
@@ -205,16 +211,32 @@ def fail(message):
 
 
 def main(argv=None):
+    args = parse_config(EvalConfig, argv, description=__doc__.split("\n")[1])
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        fail(f"--out {args.out} is a file: give a folder for eval.json and the plots")
+    outputs = report_outputs(args.out)
+    outputs.check()  # a file there that is not ours: refused now, not after the scoring
+    check_device(args.device)  # before the weights are read: a CPU build fails fast
+    if not os.path.exists(args.ckpt):
+        fail(f"--ckpt {args.ckpt} not found")
+    lock = None  # --save_calibration rewrites --ckpt: its folder's lock, as a run's writes
+    if args.save_calibration:
+        if not os.path.isfile(args.ckpt):
+            fail(f"--save_calibration: {args.ckpt} is not a train_rm.py checkpoint (ckpt.pt)")
+        folder = os.path.dirname(os.path.abspath(args.ckpt))
+        lock = claim(folder, fix="wait for it to end, then --save_calibration again")
+    try:
+        return evaluate_and_report(args, outputs)
+    finally:
+        release(lock)
+
+
+def evaluate_and_report(args, outputs):
+    """main's work, once --out is checked (outputs) and the ckpt's folder locked if asked."""
     # the raw data sources (files, RewardBench, GSM8K labelled by verifiable.py): the command
     # line reads them, training's evaluation (evaluate, above) never does
     from data.sources import data_kind, load_source
 
-    args = parse_config(EvalConfig, argv, description=__doc__.split("\n")[1])
-    if os.path.exists(args.out) and not os.path.isdir(args.out):
-        fail(f"--out {args.out} is a file: give a folder for eval.json and the plots")
-    check_device(args.device)  # before the weights are read: a CPU build fails fast
-    if not os.path.exists(args.ckpt):
-        fail(f"--ckpt {args.ckpt} not found")
     try:
         kinds = [data_kind(spec) for spec in args.data]
     except ValueError as e:
@@ -294,6 +316,7 @@ def main(argv=None):
         print(f"{spec}: {kind}, {len(source.names)} pairs")
     who = dict(ckpt=args.ckpt, head=info["head"], data=args.data, batch_size=batch_size)
     ckpt = args.ckpt if args.save_calibration else None  # rewritten atomically, never half
+    outputs.claim()  # its files in --out's record, before they are written
     result, _ = write_served_report(args.out, per_subset, cal, info=who, ckpt=ckpt)
     print(f"wrote {args.out}/eval.json, reward_hist.png, reward_length.png, reliability.png")
     return result

@@ -38,7 +38,7 @@ from data.pairs import BALANCE, OptimizerSteps, PairSteps, as_batch
 from eval_rm import evaluate, fit_calibration
 from nanorm import run_dir
 from nanorm.base import command, runtime
-from nanorm.base.command import AT_LEAST_1, NON_NEGATIVE, POSITIVE, one_of, opt, parse_config
+from nanorm.base.command import AT_LEAST_1, NON_NEGATIVE, POSITIVE, UsageError, one_of, opt
 from nanorm.base.compat import colossalai_note, mean_loss
 from nanorm.build import MODELS, build_model, load_data, make_optimizer, model_options, open_caches
 from nanorm.ckpt import resume_run, save_training_checkpoint
@@ -100,11 +100,11 @@ class TrainConfig:
 
 def parse_args(argv=None) -> TrainConfig:
     """The options (each checked by its field), then the checks across options."""
-    cfg = parse_config(TrainConfig, argv, description=__doc__.split("\n")[1])
+    cfg = command.parse_config(TrainConfig, argv, description=__doc__.split("\n")[1])
     if cfg.min_lr > cfg.lr:
-        raise command.UsageError(f"--min_lr {cfg.min_lr} is above --lr {cfg.lr}")
+        raise UsageError(f"--min_lr {cfg.min_lr} is above --lr {cfg.lr}")
     if cfg.resume and cfg.overwrite:
-        raise command.UsageError("--resume continues the run in --out_dir, --overwrite replaces it")
+        raise UsageError("--resume continues the run in --out_dir, --overwrite replaces it")
     return cfg
 
 
@@ -179,11 +179,9 @@ class RewardModelTrainer:
         val_cache=None,
     ):
         if optimizer is None:
-            raise command.UsageError("RewardModelTrainer needs an optimizer (optimizer=...)")
+            raise UsageError("RewardModelTrainer needs an optimizer (optimizer=...)")
         if save_interval and not save_dir:
-            raise command.UsageError(
-                "save_interval writes save_dir/ckpt-<step>.pt: give a save_dir"
-            )
+            raise UsageError("save_interval writes save_dir/ckpt-<step>.pt: give a save_dir")
         colossalai_note(booster, plugin, coordinator)  # what stands in for them here
         self.model, self.optimizer, self.lr_scheduler = model, optimizer, lr_scheduler
         self.tokenizer, self.coordinator = tokenizer, coordinator  # ckpt.pt carries meta's
@@ -226,6 +224,11 @@ class RewardModelTrainer:
         proc, train = self.proc, train_preference_dataloader
         if not isinstance(train, OptimizerSteps):  # a loader of micro-batches, grouped by step
             train = OptimizerSteps(train, self.accumulation_steps)
+            if len(train) == 0:  # nothing would be trained, and nothing said
+                raise UsageError(
+                    f"the training loader holds {len(train.loader)} batches, not one optimizer "
+                    f"step of accumulation_steps={self.accumulation_steps}: give it more pairs"
+                )
         self.eval_data, start = eval_preference_dataloader, self.step
         total = self.max_steps or len(train) * (self.max_epochs - self.start_epoch) + self.step
         self.speed = runtime.Speedometer()  # tokens/s, and the time left
@@ -276,7 +279,7 @@ class RewardModelTrainer:
                 if (self.eval_interval and self.step % self.eval_interval == 0) or last:
                     self.evaluate_and_save(last=last)
                 if self.save_interval and self.step % self.save_interval == 0 and proc.master:
-                    self.save(self.path(f"ckpt-{self.step}.pt"))
+                    self.save(run_dir.recorded(self.path(f"ckpt-{self.step}.pt")))
             self.optimizer.zero_grad(set_to_none=True)  # an incomplete last step is dropped
             self.log.train_row(self.step, speed())  # the epoch's last steps
             if self.step > first and self.evaluated_at != self.step:  # each epoch ends evaluated
@@ -327,12 +330,8 @@ class RewardModelTrainer:
 def main(argv=None):
     cfg = parse_args(argv)
     proc = runtime.setup_processes(cfg)
-    run_dir.check_out_dir(cfg, proc)
-    lock = run_dir.claim(cfg.out_dir) if proc.master else None  # out_dir/.lock: this run's
-    try:
+    with run_dir.claimed(cfg, proc):  # out_dir/.lock, and out_dir/.nanorm: the files it writes
         return train(cfg, proc)
-    finally:
-        run_dir.release(lock)
 
 
 def train(cfg, proc):

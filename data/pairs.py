@@ -95,7 +95,14 @@ def as_batch(batch):
     """A Batch from ColossalChat's preference batch, the dict its collator makes
     ({chosen,reject}_input_ids, {chosen,reject}_attention_mask, and chosen_loss_mask, 1 on the
     chosen response, which the LM term reads); nanoRM's Batch and PackedBatch are returned as
-    they are."""
+    they are. A dict or Batch is checked first (check_pairs): a batch the model cannot read is
+    one line naming its key and the fix, not an error from deep inside torch."""
+    if isinstance(batch, Batch):
+        pairs = dict(chosen=batch.chosen, rejected=batch.rejected)
+        masks = dict(chosen_mask="chosen", rejected_mask="rejected")
+        masks["chosen_response_mask"] = "chosen"
+        check_pairs(pairs, {k: (getattr(batch, k), of) for k, of in masks.items()}, "Batch.")
+        return batch
     if not isinstance(batch, dict):
         return batch
     keys = (
@@ -105,11 +112,49 @@ def as_batch(batch):
         "reject_attention_mask",
     )
     if not isinstance(batch, dict) or not set(keys) <= batch.keys():
-        raise ValueError(f"a preference batch is a Batch or a dict with keys {keys}")
+        raise UsageError(f"a preference batch is a Batch or a dict with keys {keys}")
     chosen, c_mask, rejected, r_mask = (batch[k] for k in keys)
     response = batch.get("chosen_loss_mask", c_mask)
+    masks = dict(chosen_attention_mask=(c_mask, "chosen_input_ids"))
+    masks.update(reject_attention_mask=(r_mask, "reject_input_ids"))
+    masks.update(chosen_loss_mask=(response, "chosen_input_ids"))
+    check_pairs(dict(chosen_input_ids=chosen, reject_input_ids=rejected), masks, "the batch's ")
     n_tokens = int(c_mask.sum()) + int(r_mask.sum())
     return Batch(chosen, c_mask, rejected, r_mask, response, n_tokens, batch.get("groups"))
+
+
+def check_pairs(tokens, masks, where):
+    """Refuse, in one line naming the key, what the model cannot read as a batch of pairs:
+    tokens {key: token ids}, each an integer tensor (pairs, tokens) with as many rows as the
+    others; masks {key: (mask, the key of its tokens)}, each a tensor of its tokens' shape.
+    where: how the message names the batch ("the batch's ", "Batch.")."""
+    first = None
+    for key, t in tokens.items():
+        if not isinstance(t, torch.Tensor):
+            raise UsageError(f"{where}{key} is a {type(t).__name__}: give a tensor of token ids")
+        if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+            raise UsageError(
+                f"{where}{key} holds {t.dtype} values, not token ids: give an integer tensor "
+                "(.long())"
+            )
+        if t.dim() != 2:
+            raise UsageError(
+                f"{where}{key} has shape {tuple(t.shape)}: give (pairs, tokens), one row per "
+                "pair (one pair: ids[None])"
+            )
+        if first is not None and len(t) != len(tokens[first]):
+            raise UsageError(
+                f"{where}{key} has {len(t)} rows, {first} {len(tokens[first])}: give one row "
+                "per pair in each"
+            )
+        first = first or key
+    for key, (mask, of) in masks.items():
+        shape = tuple(mask.shape) if isinstance(mask, torch.Tensor) else type(mask).__name__
+        if shape != tuple(tokens[of].shape):
+            raise UsageError(
+                f"{where}{key} has shape {shape}, {of} {tuple(tokens[of].shape)}: give a mask "
+                "of its tokens' shape (1 on each token, 0 on padding)"
+            )
 
 
 class PairDataset:

@@ -9,9 +9,14 @@ It writes config.json, model.safetensors (float32, HF's tensor names) and the to
 tokenizer.json + tokenizer_config.json (with the chat template) for byte-level BPE, or
 tokenizer.model + tokenizer_config.json for SentencePiece; a llama2.c .bin vocabulary has no HF
 form and is left out (the directory then loads without a tokenizer). The BPE files are
-data/bpe.py's bpe_tokenizer_files, which checkpoints carry too (ckpt.py). Every file is written
-aside and renamed (atomic_write); HF's tensor names come from checkpoints.HF_NAMES, the table the
-reader uses.
+data/bpe.py's bpe_tokenizer_files, which checkpoints carry too (ckpt.py). HF's tensor names come
+from checkpoints.HF_NAMES, the table the reader uses.
+
+The export is a folder of its own: written into a new folder beside the target, which then
+replaces the target whole (command.new_folder), so a failure (a full disk) leaves the previous
+export as it was, and no file of an earlier export (another vocabulary's tokenizer.model)
+survives beside the new ones. Its record, .nanorm, lists the files; a folder without one that
+lists all it holds (a model of the user's own, or an export by an older nanoRM) is refused.
 
 Three details decide whether HF computes our rewards:
 1. RoPE layout. HF rotates the halves of each head (pairs i and i + d/2), Meta and nanoRM rotate
@@ -52,7 +57,15 @@ from data.bpe import BPETokenizer, bpe_tokenizer_files
 from data.chat import chat_format as find_format
 from data.tokenizer import SentencePieceTokenizer
 from nanorm.base.checkpoints import HF_NAMES
-from nanorm.base.command import atomic_write
+from nanorm.base.command import (
+    DISK_FULL,
+    MARKER,
+    UsageError,
+    atomic_write,
+    disk_error,
+    new_folder,
+    read_record,
+)
 from reward import RewardModel
 
 
@@ -234,31 +247,28 @@ def write_tokenizer(tok, out_dir, pad_id, chat_format):
     return list(files)
 
 
+EXPORT = "nanorm.score --export_hf"  # the command that writes an export, in its record
+
+
 def check_export_dir(out_dir):
-    """Refuse an out_dir that is a file, or a folder holding anything but an export of ours (a
-    LlamaForSequenceClassification's config.json and the files written beside it): nothing the
-    user has is replaced."""
+    """Refuse, in one line, an out_dir that is a file or a link, or a folder holding anything
+    its record (.nanorm) does not list as an export's file: a model of the user's own, however
+    like ours, or an export by an older nanoRM (which kept no record). The export replaces the
+    folder whole, so nothing in it may be the user's."""
+    if os.path.islink(out_dir):
+        raise UsageError(f"--export_hf {out_dir} is a link: give the folder itself")
     if not os.path.exists(out_dir):
         return
     if not os.path.isdir(out_dir):
-        raise ValueError(f"--export_hf {out_dir} is a file: give a folder")
-    held = set(os.listdir(out_dir))
-    if not held:
-        return
-    ours = False
-    if "config.json" in held:
-        try:
-            with open(os.path.join(out_dir, "config.json")) as f:
-                ours = json.load(f).get("architectures") == ["LlamaForSequenceClassification"]
-        except (OSError, ValueError, AttributeError):
-            ours = False
-    allowed = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}
-    allowed |= {"tokenizer.model", "special_tokens_map.json"}
-    if not ours or not held <= allowed:
-        raise ValueError(
-            f"--export_hf {out_dir} holds files that are not a reward model export "
-            f"({', '.join(sorted(held - allowed)[:3]) or 'config.json'}): give a new folder"
-        )
+        raise UsageError(f"--export_hf {out_dir} is a file: give a folder")
+    files = read_record(out_dir, "--export_hf") or {}
+    for name in sorted(set(os.listdir(out_dir)) - {MARKER}):
+        if files.get(name) != EXPORT:
+            why = "its record, .nanorm, does not list it" if files else "no .nanorm record"
+            raise UsageError(
+                f"--export_hf {out_dir} holds {name}, which no nanoRM export wrote ({why}): give "
+                "a new folder (an older nanoRM's export: remove it first)"
+            )
 
 
 def export_hf(model, out_dir, tok=None, meta=None, record=None):
@@ -267,8 +277,8 @@ def export_hf(model, out_dir, tok=None, meta=None, record=None):
     (end_id, pad_id, chat_format), as train_rm checkpoints hold it under "data_meta"; record:
     the checkpoint's dict, whose length calibration and normalization go to config.json."""
     meta = meta or {}
+    out_dir = os.path.normpath(out_dir)  # "out/hf/": the folder itself, not a name inside it
     check_export_dir(out_dir)
-    os.makedirs(out_dir, exist_ok=True)
     tensors = hf_state_dict(model)  # refuses a head bias before anything is written
     end_id = meta.get("end_id", tok.eos_id if tok is not None else None)
     pad_id = meta.get("pad_id", getattr(tok, "pad_id", None))
@@ -279,11 +289,29 @@ def export_hf(model, out_dir, tok=None, meta=None, record=None):
     post = {k: (record or {}).get(k) for k in ("length_calibration", "reward_normalization")}
     if any(v is not None for v in post.values()):  # recorded for the consumer, not applied
         config["nanorm_reward"] = post | {"applied": False}
-    with atomic_write(os.path.join(out_dir, "config.json"), "w") as f:
-        json.dump(config, f, indent=1)
-    write_safetensors(os.path.join(out_dir, "model.safetensors"), tensors)
-    written = ["config.json", "model.safetensors"]
-    if tok is not None:
-        written += write_tokenizer(tok, out_dir, pad_id, meta.get("chat_format", "auto"))
+    had = os.path.exists(out_dir)
+    try:
+        with new_folder(out_dir) as tmp:  # replaces out_dir whole, only once all is written
+            with atomic_write(os.path.join(tmp, "config.json"), "w") as f:
+                json.dump(config, f, indent=1)
+            write_safetensors(os.path.join(tmp, "model.safetensors"), tensors)
+            written = ["config.json", "model.safetensors"]
+            if tok is not None:
+                written += write_tokenizer(tok, tmp, pad_id, meta.get("chat_format", "auto"))
+            with atomic_write(os.path.join(tmp, MARKER), "w") as f:
+                json.dump({"files": dict.fromkeys(sorted(written), EXPORT)}, f, indent=1)
+    except OSError as e:
+        disk = disk_error(e)
+        if disk is None:
+            raise
+        kept = "the previous export is kept as it was" if had else "nothing was written"
+        fix = (
+            "free space, or give another folder"
+            if disk.errno in DISK_FULL
+            else "give a writable one"
+        )
+        raise UsageError(
+            f"--export_hf {out_dir}: could not be written ({disk.strerror}); {kept}: {fix}"
+        ) from None
     print(f"wrote {out_dir}/{{{', '.join(written)}}}: pad_token_id {pad_id}, reward at {end_id}")
     return config

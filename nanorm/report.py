@@ -4,6 +4,7 @@ printed table, eval.json and the plots. Functions of rewards and lengths (no mod
 
     per_subset = subsets_of(val, meta, rewards)        # {name: Scored} of a prepared dataset
     result = write_report(out_dir, per_subset)          # eval.json, three plots, a table
+    outputs = report_outputs(out_dir)                  # eval_rm.py --out's files: check, claim
 
 The metrics of eval.json, per subset and overall:
     accuracy       pairs with r_chosen > r_rejected, strictly (a tie is wrong; ties: their count)
@@ -25,8 +26,8 @@ from matplotlib.figure import Figure
 
 import nanorm.calibrate as calibrate
 from data.pairs import length_heuristics
-from nanorm.base.command import atomic_write
-from nanorm.run_dir import plot_log, save_figure
+from nanorm.base.command import Outputs, atomic_write
+from nanorm.run_dir import REPORT_FILES, plot_log, save_figure
 from reward import pearson, ranked_right
 
 # RewardBench's sections (allenai/reward-bench, rewardbench/constants.py: SUBSET_MAPPING)
@@ -151,6 +152,28 @@ def response_lengths(data, n):
     """(n, 2) response lengths in tokens, (chosen, rejected), of a PairDataset's first n pairs:
     the lengths every length metric and the length calibration use (the end token included)."""
     return torch.from_numpy(np.diff(data.offsets[:n], axis=1)[:, 1:].copy())
+
+
+def report_outputs(out_dir):
+    """What eval_rm.py writes in its --out (REPORT_FILES), as command.Outputs: checked before
+    the model is read, added to the folder's record before the report is written."""
+    return Outputs(out_dir, "eval_rm.py", REPORT_FILES, "--out", earlier=earlier_report)
+
+
+def earlier_report(folder):
+    """Whether a folder without a record holds the report of an older nanoRM (which kept
+    none): its eval.json is one (a JSON object with "subsets" and "overall")."""
+    path = os.path.join(folder, "eval.json")
+    if os.path.islink(path) or not os.path.isfile(path):
+        return False
+    try:
+        with open(path) as f:
+            held = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return isinstance(held, dict) and all(
+        isinstance(held.get(k), dict) for k in ("subsets", "overall")
+    )
 
 
 def write_report(out_dir, per_subset, info=None, say=print):

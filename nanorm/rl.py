@@ -23,7 +23,10 @@ The pieces, in the order a step runs them:
      over the group's std; no critic; the KL to the reference is a loss term (k3 estimator).
 Output in --out_dir: rl.jsonl (one row per step: kl to the reference in nats per sequence,
 proxy, gold, ...), rl.png (proxy and gold against the step and against sqrt(KL)), policy.pt (the
-trained policy as a ckpt.pt of kind Transformer: nanorm.sample --ckpt reads it).
+trained policy as a ckpt.pt of kind Transformer: nanorm.sample --ckpt reads it). They are checked
+before any work and listed in --out_dir's record (.nanorm) before they are written: a file of
+the same name that nanorm.rl did not write is refused, never replaced (command.Outputs). What
+--cache_dir keeps is only ever made, never replaced: a cached file is read as it is.
 
 Over-optimization (Gao, Schulman and Hilton 2022): the proxy rises throughout, the gold first
 rises and then falls as the policy moves away from the reference; bench/rl/README.md has the runs.
@@ -68,7 +71,11 @@ from nanorm.base.command import (
     AT_LEAST_1,
     NON_NEGATIVE,
     POSITIVE,
+    Outputs,
     UsageError,
+    append_text,
+    atomic_write,
+    new_folder,
     one_of,
     opt,
     parse_config,
@@ -201,6 +208,8 @@ def proxy_reward_model(data_dir, args):
         print("python train_rm.py " + " ".join(cmd[2:]))
         env = dict(os.environ, OMP_NUM_THREADS="1")
         done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if done.returncode == 2:  # refused in one line (e.g. a file of the user's in its out_dir)
+            raise UsageError(f"the proxy's {done.stderr.strip().splitlines()[-1]}")
         if done.returncode:
             raise RuntimeError(f"train_rm.py failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
         print(done.stdout.strip().splitlines()[-1])  # "done in ...: held-out accuracy ..."
@@ -208,16 +217,24 @@ def proxy_reward_model(data_dir, args):
 
 
 def subset_of(data_dir, out, n):
-    """A dataset directory holding the first n training pairs of data_dir and all its val."""
+    """A dataset directory holding the first n training pairs of data_dir and all its val,
+    written aside and renamed whole: a folder already at out (without its meta.json) is not
+    ours to fill, and is refused."""
     from data.pairs import write_pairs
 
+    if os.path.lexists(out) and (not os.path.isdir(out) or os.listdir(out)):
+        raise UsageError(
+            f"{out} is in the way of the proxy's pairs: move it, or another --cache_dir"
+        )
     train = PairDataset(os.path.join(data_dir, "train.npz"))
-    os.makedirs(out, exist_ok=True)
     with open(os.path.join(data_dir, "meta.json")) as f:
         meta = json.load(f)
-    write_pairs(os.path.join(out, "train.npz"), [train[i] for i in range(n)], meta["vocab_size"])
-    shutil.copy(os.path.join(data_dir, "val.npz"), os.path.join(out, "val.npz"))
-    shutil.copy(os.path.join(data_dir, "meta.json"), os.path.join(out, "meta.json"))
+    with new_folder(out) as tmp:
+        write_pairs(
+            os.path.join(tmp, "train.npz"), [train[i] for i in range(n)], meta["vocab_size"]
+        )
+        shutil.copy(os.path.join(data_dir, "val.npz"), os.path.join(tmp, "val.npz"))
+        shutil.copy(os.path.join(data_dir, "meta.json"), os.path.join(tmp, "meta.json"))
 
 
 def verifier(tok):
@@ -255,9 +272,33 @@ def token_logprobs(model, seq, mask, P):
 
 
 # ----------------------------------------------------------------------------- the loop
+RL = "nanorm.rl"  # the command that writes a run's files, in --out_dir's record
+RL_FILES = ("rl.jsonl", "rl.png", "policy.pt")
+
+
+def rl_outputs(out_dir):
+    """What a run writes in --out_dir, as command.Outputs (earlier_rl: an older nanoRM's run)."""
+    return Outputs(out_dir, RL, RL_FILES, "--out_dir", earlier=earlier_rl)
+
+
+def earlier_rl(folder):
+    """Whether a folder without a record holds a run of an older nanoRM (which kept none): its
+    rl.jsonl starts with a row of this loop's (step, kl, proxy, gold)."""
+    path = os.path.join(folder, "rl.jsonl")
+    if os.path.islink(path) or not os.path.isfile(path):
+        return False
+    try:
+        with open(path) as f:
+            row = json.loads(f.readline())
+    except (OSError, ValueError):
+        return False
+    return isinstance(row, dict) and {"step", "kl", "proxy", "gold"} <= row.keys()
+
+
 def main(argv=None):
     args = parse_args(argv)
-    os.makedirs(args.out_dir, exist_ok=True)
+    outputs = rl_outputs(args.out_dir)
+    outputs.check()  # a file there that is not ours: refused now, before the SFT and the proxy
     # a 0.2M-parameter model: one thread is as fast as two, and never waits on a busy core
     torch.set_num_threads(1)
     data_dir, train, _, meta, tok = arith()
@@ -284,7 +325,9 @@ def main(argv=None):
     g = torch.Generator().manual_seed(args.seed)
     n_q = args.batch_size // args.group if args.algo == "grpo" else args.batch_size
     log_path = os.path.join(args.out_dir, "rl.jsonl")
-    open(log_path, "w").close()
+    outputs.claim()  # rl.jsonl, rl.png, policy.pt in the record, before they are written
+    with atomic_write(log_path, "w"):  # a new, empty log
+        pass
     rows, t0 = [], time.time()
     for step in range(args.max_steps + 1):
         # 1. rollout: sample answers (GRPO: `group` answers to each of batch_size / group questions)
@@ -363,8 +406,7 @@ def main(argv=None):
 
 
 def log_row(path, row):
-    with open(path, "a") as f:
-        f.write(json.dumps(row) + "\n")
+    append_text(path, json.dumps(row) + "\n")  # never through a link
 
 
 def plot(rows, path, title=""):
@@ -388,7 +430,8 @@ def plot(rows, path, title=""):
         twin.set_ylabel("proxy", color="C0")
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    with atomic_write(path) as f:
+        fig.savefig(f, dpi=100, format="png")
 
 
 if __name__ == "__main__":

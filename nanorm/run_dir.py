@@ -1,8 +1,10 @@
 """
 A run's folder (--out_dir) and what is written into it, kept out of train_rm.py's loop: the
-claim (a run never replaces another by accident, and holds a lock while it runs), the log rows
-of log.jsonl and the loggers beside it (TensorBoard, W&B), and the pictures.
+claim (a run never replaces another by accident, nor a file nanoRM did not write, and holds a
+lock while it runs), the log rows of log.jsonl and the loggers beside it (TensorBoard, W&B), and
+the pictures.
 
+    with claimed(cfg, proc): ...       # check_out_dir, claim, the record of its files, release
     check_out_dir(cfg, proc)           # refuse a folder holding a run unless --resume/--overwrite
     lock = claim(out_dir)              # out_dir/.lock: one run at a time; release(lock) at the end
     start_log(path, keep_until=step)   # a resumed run keeps the log rows its checkpoint holds
@@ -14,29 +16,104 @@ A first reading can skip this file.
 import fcntl
 import json
 import os
+import re
 import socket
 import stat
+import zipfile
+from contextlib import contextmanager
 from dataclasses import asdict, is_dataclass
 
 import torch.distributed as dist
 from matplotlib.figure import Figure
 
-from nanorm.base.command import UsageError, atomic_write
+from nanorm.base.checkpoints import load
+from nanorm.base.command import MARKER, Outputs, UsageError, append_text, atomic_write, disk_error
 from reward import accuracy
 
-
 # ----------------------------------------------------------------------------- the claim
+RUN = "train_rm.py"  # the command that writes a run's files, in the folder's record
+REPORT_FILES = (
+    "eval.json",
+    "reward_hist.png",
+    "reward_length.png",
+    "reliability.png",
+)  # report.py's
+RUN_FILES = ("ckpt.pt", "log.jsonl", "curves.png", *REPORT_FILES, "calibrated")
+NUMBERED = re.compile(r"ckpt-(\d+)\.pt")  # --save_interval's checkpoints
+
+
+def run_outputs(cfg):
+    """The files a run writes in its --out_dir: RUN_FILES, and the numbered checkpoints of
+    --save_interval already there that it would write again (each new one is added to the
+    record before it is written: recorded)."""
+    names = list(RUN_FILES)
+    if cfg.save_interval and os.path.isdir(cfg.out_dir):
+        for name in sorted(os.listdir(cfg.out_dir)):
+            m = NUMBERED.fullmatch(name)
+            names += [name] if m and int(m[1]) % cfg.save_interval == 0 else []
+    return Outputs(cfg.out_dir, RUN, names, "--out_dir", earlier=earlier_run)
+
+
+def earlier_run(folder):
+    """Whether a folder without a record is a run of an older nanoRM (which kept none): its
+    ckpt.pt is a training checkpoint of train_rm.py, torch.save's zip archive whose pickle holds
+    the keys of one (read as bytes, nothing unpickled). Then its RUN_FILES are the run's."""
+    try:
+        with zipfile.ZipFile(os.path.join(folder, "ckpt.pt")) as z:
+            (pickle,) = (n for n in z.namelist() if n.endswith("/data.pkl"))
+            held = z.read(pickle)
+    except (OSError, ValueError, zipfile.BadZipFile):
+        return False
+    return all(key in held for key in (b"kind", b"model", b"train_config", b"optimizer"))
+
+
+@contextmanager
+def claimed(cfg, proc):
+    """The run's --out_dir for as long as the block runs: check_out_dir on every rank; on rank
+    0, the lock (claim), the run's files checked again and added to the folder's record before
+    any is written, and both given back at the end (release)."""
+    check_out_dir(cfg, proc)
+    lock = claim(cfg.out_dir) if proc.master else None
+    try:
+        if proc.master:
+            run_outputs(cfg).claim()
+        yield
+    finally:
+        release(lock)
+
+
+def recorded(path):
+    """path, once its name is in its folder's record as a run's file (a numbered checkpoint),
+    refused in one line if it is a file nanoRM did not write; a folder without a record (the
+    trainer used as a library) is left as it is."""
+    folder, name = os.path.split(path)
+    if os.path.lexists(os.path.join(folder, MARKER)):
+        Outputs(folder, RUN, [name], "--out_dir").claim()
+    return path
+
+
 def check_out_dir(cfg, proc):
-    """Never replace another run by accident, nor resume nothing. Rank 0 looks before any rank
-    writes, and every rank gets its answer, so that all of them stop together."""
+    """Never write over a file nanoRM did not write (run_outputs), nor replace another run by
+    accident, nor resume nothing. Rank 0 looks before any rank writes, and every rank gets its
+    answer, so that all of them stop together."""
     ckpt, problem = os.path.join(cfg.out_dir, "ckpt.pt"), None
-    if proc.master and cfg.resume and not os.path.exists(ckpt):
-        problem = f"{ckpt} not found: nothing to resume (drop --resume to start a new run)"
-    elif proc.master and os.path.exists(ckpt) and not (cfg.resume or cfg.overwrite):
-        problem = (
-            f"{cfg.out_dir} holds a run ({ckpt}): pass --resume to continue it, "
-            "--overwrite to replace it, or another --out_dir"
-        )
+    if proc.master:
+        try:
+            unknown = not os.path.lexists(os.path.join(cfg.out_dir, MARKER))
+            if cfg.resume and unknown and os.path.isfile(ckpt) and not earlier_run(cfg.out_dir):
+                load(ckpt)  # no run's checkpoint: a damaged one is named so by its reader
+            run_outputs(cfg).check()
+            if cfg.resume and not os.path.exists(ckpt):
+                raise UsageError(
+                    f"{ckpt} not found: nothing to resume (drop --resume to start a new run)"
+                )
+            if os.path.exists(ckpt) and not (cfg.resume or cfg.overwrite):
+                raise UsageError(
+                    f"{cfg.out_dir} holds a run ({ckpt}): pass --resume to continue it, "
+                    "--overwrite to replace it, or another --out_dir"
+                )
+        except UsageError as e:
+            problem = str(e)
     if proc.ddp:
         box = [problem]
         dist.broadcast_object_list(box, src=0)
@@ -45,13 +122,14 @@ def check_out_dir(cfg, proc):
         raise UsageError(problem)
 
 
-def claim(out_dir):
+def claim(out_dir, fix="wait for it to end, or choose another --out_dir"):
     """A run owns its --out_dir while it runs: it holds an exclusive lock (flock) on
     out_dir/.lock, whose text names its process, and a second run into the folder is refused in
-    one line naming the first. The kernel drops the lock when the process ends, however it
-    ends, so a killed run's lock is free for the next one, and nothing is decided from the
-    file's text (a process id may be reused; a full disk leaves it empty). -> the lock, for
-    release."""
+    one line naming the first, and what to do (fix). The kernel drops the lock when the process
+    ends, however it ends, so a killed run's lock is free for the next one, and nothing is
+    decided from the file's text (a process id may be reused; a full disk leaves it empty).
+    Every writer into a run's folder takes it (eval_rm.py --save_calibration too). -> the lock,
+    for release."""
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise UsageError(f"--out_dir {out_dir} is a file: give a folder for the run")
     made = not os.path.exists(out_dir)
@@ -61,6 +139,8 @@ def claim(out_dir):
         try:  # never through a link; a FIFO must not block the open
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
         except OSError as e:
+            if disk_error(e):  # a read-only disk: said as such by run
+                raise
             raise UsageError(f"{path} is not a lock file ({e.strerror}): remove it") from None
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
@@ -71,8 +151,7 @@ def claim(out_dir):
             pid, _, host = os.pread(fd, 200, 0).decode(errors="replace").strip().partition(" ")
             os.close(fd)
             raise UsageError(
-                f"{out_dir} is in use by another run (process {pid or '?'} on {host or '?'}): "
-                "wait for it to end, or choose another --out_dir"
+                f"{out_dir} is in use by another run (process {pid or '?'} on {host or '?'}): {fix}"
             ) from None
         try:  # the file a finishing run has just removed is no lock: open the new one
             if os.fstat(fd).st_ino == os.stat(path).st_ino:
@@ -89,14 +168,17 @@ def claim(out_dir):
 
 
 def release(lock):
-    """Give back the lock claim() took (None: nothing to do); a folder this run made and left
-    empty (refused before writing) goes too, so a refused run leaves no trace."""
+    """Give back the lock claim() took (None: nothing to do). A record of files none of which
+    is there (a run refused before it wrote) goes, and the folder too if this run made it, so a
+    refused run leaves no trace."""
     if lock is None:
         return
     fd, path, made = lock
     os.remove(path)  # removed while held: a run waiting on this file sees it is gone
     os.close(fd)
     out_dir = os.path.dirname(path)
+    if os.listdir(out_dir) == [MARKER]:
+        os.remove(os.path.join(out_dir, MARKER))
     if made and not os.listdir(out_dir):
         os.rmdir(out_dir)
 
@@ -104,7 +186,13 @@ def release(lock):
 # ----------------------------------------------------------------------------- the log
 def start_log(path, keep_until=None):
     """Keep the log rows of the steps a resumed checkpoint holds (up to keep_until); a new
-    run (keep_until None) starts an empty log. Makes the log's folder."""
+    run (keep_until None) starts an empty log. Makes the log's folder. A step below 0 is no
+    step a run saved: refused, the log kept whole (not cut to nothing)."""
+    if keep_until is not None and keep_until < 0:
+        raise UsageError(
+            f"--resume at step {keep_until}: a run's step is never negative, so its checkpoint "
+            f"is damaged; {path} is kept as it is: --overwrite to start afresh"
+        )
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     if not os.path.exists(path):
         return
@@ -124,8 +212,7 @@ def start_log(path, keep_until=None):
 
 
 def append_row(path, row):
-    with open(path, "a") as f:
-        f.write(json.dumps(row) + "\n")
+    append_text(path, json.dumps(row) + "\n")  # never through a link
 
 
 MODEL_TERMS = ("lm_loss", "rho_quality", "rho_length", "gate_loss", "gate_acc")

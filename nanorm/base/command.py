@@ -9,8 +9,15 @@ default, help and check (`opt`); `parse_config` turns it into argparse options a
 value, so a wrong one is one line naming the option. `check_device` refuses a device this machine
 does not have.
 
-Files. A command writes a file aside and renames it whole (`atomic_write`), so a reader, or a
-kill at any moment, sees the old file or the new one, never half of one.
+Files. Nothing a user has is lost: a command writes only files it made or a previous run of it
+made, and says which before it writes; it never writes through a link; every refusal is one line
+naming the input and the fix, exit 2. Each output folder holds a record, .nanorm, of the files
+nanoRM wrote there and which command wrote each (`Outputs`); a command checks it before any work
+and adds its names before it writes, and a file the record does not list is never replaced or
+deleted, --overwrite or not. A file is written aside under a fresh name (created exclusively,
+never through a link), flushed to disk and renamed whole (`atomic_write`; a folder: `new_folder`),
+so a reader, or a kill at any moment, sees the old file or the new one, never half of one. A full
+or read-only disk is one line naming the path (`run`), and the previous file is kept.
 
     from nanorm.base.command import UsageError, run
     ...
@@ -19,9 +26,12 @@ kill at any moment, sees the old file or the new one, never half of one.
 """
 
 import argparse
+import errno
+import json
 import math
 import os
 import re
+import shutil
 import sys
 from contextlib import contextmanager
 from dataclasses import MISSING, field, fields
@@ -34,13 +44,20 @@ class UsageError(ValueError):
 
 
 def run(main, argv=None):
-    """main(argv), with an expected failure printed as `<script>: error: <message>`, exit 2."""
+    """main(argv), with an expected failure printed as `<script>: error: <message>`, exit 2: a
+    UsageError, a missing file, and a disk that is full or read-only (disk_error)."""
     try:
         return main(argv)
     except (UsageError, FileNotFoundError) as e:  # data.rows.BadRowError is a UsageError
-        message = " ".join(str(e).split())  # one line, whatever the message held
-        print(f"{os.path.basename(sys.argv[0])}: error: {message}", file=sys.stderr)
-        sys.exit(2)
+        message = str(e)
+    except Exception as e:
+        disk = disk_error(e)
+        if disk is None:  # a bug: its traceback
+            raise
+        message = disk_message(disk)
+    message = " ".join(message.split())  # one line, whatever the message held
+    print(f"{os.path.basename(sys.argv[0])}: error: {message}", file=sys.stderr)
+    sys.exit(2)
 
 
 def boolean(text):
@@ -137,17 +154,197 @@ def check_device(device):
 
 
 # ----------------------------------------------------------------------------- files
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+NOT_WRITABLE = (errno.EROFS, errno.EACCES)
+
+
+def disk_error(e):
+    """The OSError of a full or read-only disk, or of a path without permission, that e is or
+    wraps (torch.save reports a failed write as a RuntimeError raised while handling it), else
+    None."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in DISK_FULL + NOT_WRITABLE:
+            return e
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def disk_message(e):
+    """disk_error's one line: the path, what the disk said, and what to do."""
+    if e.errno in DISK_FULL:
+        fix = "free space, or write to another folder; the files written before are kept"
+    elif e.errno == errno.EROFS:
+        fix = "write to a folder on a writable disk"
+    else:
+        fix = "give a path you may use, or change its permissions"
+    return f"{e.filename or 'a file'}: {e.strerror}: {fix}"
+
+
+def _aside(path):
+    """A fresh hidden name beside path, for a new version of it while it is written."""
+    folder, name = os.path.split(os.path.abspath(path))
+    return os.path.join(folder, f".{name}.{os.urandom(6).hex()}.tmp")
+
+
 @contextmanager
 def atomic_write(path, mode="wb"):
-    """open(path, mode) for writing, but the bytes go to path.tmp, which is flushed to disk and
-    renamed over path only when the block ends without an error."""
-    tmp = f"{path}.tmp"
+    """open(path, mode) for writing, but the bytes go to a new file beside path (a fresh name,
+    created exclusively: never an existing file, never through a link), which is flushed to disk
+    and renamed over path only when the block ends without an error; else it is removed and path
+    is as it was. A path that is a link is refused: its target is not ours to replace. A full or
+    read-only disk raises its OSError, naming path."""
+    path = os.fspath(path)
+    if os.path.islink(path):
+        raise UsageError(f"{path} is a link, and nanoRM never writes through one: remove it")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    tmp = None
     try:
-        with open(tmp, mode) as f:
+        while tmp is None:
+            name = _aside(path)
+            try:
+                fd, tmp = os.open(name, flags, 0o666), name  # 0o666 less the umask, as open()
+            except FileExistsError:  # the name is taken (by another writer): another one
+                continue
+        with os.fdopen(fd, mode) as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except Exception as e:
+        disk = disk_error(e)  # torch.save's RuntimeError wraps it: the OSError, naming path
+        if disk is not None:
+            raise OSError(disk.errno, disk.strerror, path) from None
+        raise
     finally:
-        if os.path.exists(tmp):
+        if tmp is not None and os.path.lexists(tmp):
             os.remove(tmp)
+
+
+def append_text(path, text):
+    """Add text at the end of path (made if missing), never through a link."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as e:
+        if e.errno != errno.ELOOP:
+            raise
+        raise UsageError(
+            f"{path} is a link, and nanoRM never writes through one: remove it"
+        ) from None
+    with os.fdopen(fd, "a") as f:
+        f.write(text)
+
+
+@contextmanager
+def new_folder(path):
+    """A new folder beside path to fill, which replaces path whole when the block ends without
+    an error (the old folder moved aside, then removed), so that no file of the old one
+    survives beside the new ones; after an error it is removed and path is as it was."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    while True:
+        tmp = _aside(path)
+        try:
+            os.mkdir(tmp, 0o777)  # 0o777 less the umask, as os.makedirs makes a folder
+            break
+        except FileExistsError:
+            continue
+    try:
+        yield tmp
+        if not os.path.lexists(path):
+            os.replace(tmp, path)
+            return
+        old = _aside(path)
+        os.rename(path, old)
+        try:
+            os.rename(tmp, path)
+        except BaseException:
+            os.rename(old, path)  # the previous folder back where it was
+            raise
+        shutil.rmtree(old)
+    finally:
+        if os.path.lexists(tmp):
+            shutil.rmtree(tmp)
+
+
+# ----------------------------------------------------------------------------- what is whose
+MARKER = ".nanorm"  # in each output folder: the files nanoRM wrote there, and which command
+
+
+def read_record(folder, flag):
+    """{file name: the command that wrote it} of folder/.nanorm, or None where there is none.
+    flag: the option that named the folder, for the message."""
+    path = os.path.join(folder, MARKER)
+    if not os.path.lexists(path):
+        return None
+    try:
+        if os.path.islink(path) or not os.path.isfile(path):
+            raise ValueError("not a regular file")
+        with open(path) as f:
+            files = json.load(f)["files"]
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+            raise ValueError("not names")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        raise UsageError(
+            f"{path} is not nanoRM's record of the files it wrote: remove it, or choose "
+            f"another {flag}"
+        ) from None
+    return files
+
+
+class Outputs:
+    """The files `command` writes into `folder` (named by the option `flag`): names, file or
+    folder names in it. check() refuses, in one line, a folder that is a file, a name that is a
+    link, and a name already there that the record does not give to this command: a file the
+    user put there, or another command wrote. claim() checks again, makes the folder and adds
+    the names to the record, before any of them is written. earlier(folder): whether a folder
+    without a record holds what an older nanoRM (which kept none) wrote by this command, told by
+    its content; its names there then count as this command's."""
+
+    def __init__(self, folder, command, names, flag, earlier=None):
+        self.folder, self.command, self.names = os.fspath(folder), command, list(names)
+        self.flag, self.earlier = flag, earlier
+
+    def check(self):
+        """Refuse what must not be written over; -> the folder's record ({} if none)."""
+        folder, flag = self.folder, self.flag
+        if not os.path.lexists(folder):
+            return {}
+        if not os.path.isdir(folder):
+            raise UsageError(f"{flag} {folder} is a file: give a folder")
+        files = read_record(folder, flag)
+        kept = "its record, .nanorm, does not list it" if files is not None else "no .nanorm record"
+        if files is None:
+            files = {}
+            if self.earlier is not None and self.earlier(folder):  # an older nanoRM's output
+                there = (n for n in self.names if os.path.lexists(os.path.join(folder, n)))
+                files = dict.fromkeys(there, self.command)
+        for name in self.names:
+            path = os.path.join(folder, name)
+            if os.path.islink(path):
+                raise UsageError(
+                    f"{path} is a link, and nanoRM never writes through one: remove it, or "
+                    f"choose another {flag}"
+                )
+            if not os.path.lexists(path) or files.get(name) == self.command:
+                continue
+            if name in files:
+                raise UsageError(
+                    f"{path} was written by {files[name]}, not {self.command}: choose another "
+                    f"{flag}"
+                )
+            raise UsageError(
+                f"{path} is not a file nanoRM wrote ({kept}): move it away, or choose another "
+                f"{flag}"
+            )
+        return files
+
+    def claim(self):
+        """check(), then the names added to the record (the folder made if missing)."""
+        files = self.check() | dict.fromkeys(self.names, self.command)
+        if os.path.isdir(self.folder) and read_record(self.folder, self.flag) == files:
+            return  # recorded already
+        os.makedirs(self.folder, exist_ok=True)
+        with atomic_write(os.path.join(self.folder, MARKER), "w") as f:
+            json.dump({"files": dict(sorted(files.items()))}, f, indent=1)
