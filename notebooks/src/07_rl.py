@@ -253,47 +253,46 @@ BENCH = os.path.join("..", "bench", "rl")
 spec = importlib.util.spec_from_file_location("bench_rl_report", os.path.join(BENCH, "report.py"))
 report = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(report)  # bench/rl/report.py: load() and smooth(), as its table uses
-runs = report.load()
-ppo = {k: v for k, v in runs.items() if k.startswith("ppo")}
+runs = report.load()  # {setting: {seed: rows}}: five seeds of each setting
 fig, ax = plt.subplots(1, 3, figsize=(13, 3.6))
-for i, (name, rs) in enumerate(ppo.items()):
-    x = [math.sqrt(max(k, 0)) for k in report.smooth([r["kl"] for r in rs])]
-    ax[0].plot(x, report.smooth([r["gold"] for r in rs]), color=f"C{i}", label=name, lw=1)
-    ax[1].plot(x, report.smooth([r["proxy"] for r in rs]), color=f"C{i}", label=name, lw=1)
-ax[0].set(title="PPO against the proxy: gold", xlabel="sqrt(KL to the reference)", ylabel="verifier accuracy")
-ax[1].set(title="PPO against the proxy: proxy", xlabel="sqrt(KL to the reference)", ylabel="proxy reward")
-ax[0].legend(fontsize=7)
-for i, (name, rs) in enumerate((k, v) for k, v in runs.items() if k.startswith("grpo")):
-    ax[2].plot([r["step"] for r in rs], report.smooth([r["gold"] for r in rs]), color=f"C{i}", label=name, lw=1)
-ax[2].set(title="GRPO against the verifier", xlabel="step", ylabel="verifier accuracy")
-ax[2].legend(fontsize=7)
+for i, (setting, seeds) in enumerate(runs.items()):
+    label = f"{setting} ({len(seeds)} seeds)"
+    x = [math.sqrt(max(m, 0)) for m, _ in report.mean_curve(seeds, "kl")]
+    panels = [(ax[2], list(range(len(x))), "gold")]
+    if setting.startswith("ppo"):
+        panels += [(ax[0], x, "gold"), (ax[1], x, "proxy")]
+    for a, xs, key in panels:  # the mean over the seeds, and a band of one standard deviation
+        curve = report.mean_curve(seeds, key)[: len(xs)]
+        a.plot(xs, [m for m, _ in curve], color=f"C{i}", label=label, lw=1)
+        lo, hi = [m - sd for m, sd in curve], [m + sd for m, sd in curve]
+        a.fill_between(xs, lo, hi, color=f"C{i}", alpha=0.15, lw=0)
+ax[0].set(title="PPO against a proxy: gold", xlabel="sqrt(KL to the reference)", ylabel="verifier accuracy")
+ax[1].set(title="PPO against a proxy: proxy", xlabel="sqrt(KL to the reference)", ylabel="proxy reward")
+ax[2].set(title="gold against the step", xlabel="step", ylabel="verifier accuracy")
+for a in ax:
+    a.legend(fontsize=7)
 fig.tight_layout()
-for name, rs in runs.items():  # 5-step moving averages: one step's gold is +-0.04
-    gold, kl = report.smooth([r["gold"] for r in rs]), report.smooth([r["kl"] for r in rs])
-    i = max(range(len(rs)), key=gold.__getitem__)
-    end = sum(r["gold"] for r in rs[-5:]) / 5  # the last 5 steps, as bench/rl/README.md's table
-    print(f"{name:>36}: gold {gold[0]:.2f} -> peak {gold[i]:.2f} at step {rs[i]['step']} "
-          f"(kl {kl[i]:.1f}) -> end {end:.2f}; proxy {rs[0]['proxy']:+.2f} -> {rs[-1]['proxy']:+.2f}")
+for setting, seeds in runs.items():  # 5-step moving averages: one step's gold is +-0.04
+    for seed, rows in sorted(seeds.items()):
+        f = report.summary(rows)
+        print(f"{setting} seed {seed}: gold {f['gold_start']:.2f} -> peak {f['gold_peak']:.2f} at step "
+              f"{f['peak_step']} (kl {f['peak_kl']:.1f}) -> end {f['gold_end']:.2f}; "
+              f"proxy {f['proxy_start']:+.2f} -> {f['proxy_end']:+.2f}")
 
 # %% [markdown]
 # What the full runs show (the table, with commands and times, is in `bench/rl/README.md`;
 # one step's gold is an average over 128 answers, about +-0.04, so read the 5-step averages):
 #
-# * **PPO against the proxy: over-optimization, clearest with seed 0.** With the proxy trained
-#   on 5,000 pairs (held-out accuracy 0.91), the gold rises for the first 20 steps, from 0.66 to
-#   about 0.72 at a KL near 0.6 nats, then falls to about 0.44 by step 100 while the proxy
-#   keeps climbing (1.8 to 4.9): the policy has found texts the proxy overrates, like
-#   `6 - 0 =0 - 6 =0 =0 -`, which never finish. Seed 1 wanders (0.58-0.71) without the fall
-#   by step 100; its 200-step run (`..._seed1_200steps`) is in the figure and the table.
-# * **A weaker proxy is exploited at a smaller KL.** Trained on 1,000 pairs (held-out 0.81),
-#   the proxy favours the `#### x` form: the policy moves nearly every answer to it (4.5 tokens
-#   at the end, against 8) and its numbers get worse. Both seeds: the gold peaks at about 0.69
-#   (KL 0.7-1.1), then ends at 0.55-0.57, below where it started, with the KL still at 2-3.
-# * **A larger KL coefficient** (0.1 against 0.02) holds the policy closer: seed 1 stays at a
-#   KL near 1.5 and ends at 0.70 (its peak 0.76); seed 0 still drifts to KL 8, and falls to
-#   0.49 rather than 0.44. Against a proxy scale of about 5, a penalty of 0.1 per nat is weak.
-# * **GRPO against the verifier** raises the gold from about 0.6 to 0.9 in 100 steps (both
-#   seeds) at a KL under 1 nat: a reward that cannot be fooled is climbed without a fall.
+# * **Over-optimization against the 5,000-pair proxy (5 of 5 seeds).** The proxy climbs
+#   throughout (about +0.9 to +8.7) while the gold rises from about 0.49 to a peak near 0.61 (at
+#   sqrt(KL) 2.6-2.9), then falls back by step 100 (by 0.04 or more in 4 of 5 seeds).
+# * **A weaker proxy is exploited at a smaller KL (5 of 5 seeds).** Against the 1,000-pair proxy
+#   (held-out 0.85) the gold peaks at sqrt(KL) 0.45-1.2, earlier than against the 5,000-pair
+#   proxy in every seed, and collapses to 0.08-0.19 by step 100 while that proxy climbs to +7.
+# * **A larger KL coefficient** (0.1 against 0.02) barely brakes the drift here: the final KL is
+#   smaller in every seed, by 0.1-0.3 nats of about 8; the peak moves in no consistent direction.
+# * **GRPO against the verifier** raises the gold from about 0.5 to about 0.75 in every seed, at a
+#   KL under 1 nat, without a fall: a reward that cannot be fooled is climbed.
 #
 # **Questions.**
 # 1. Why is the KL at step 0 exactly 0, and why does `rl.jsonl`'s `kl` sometimes come out
