@@ -5,7 +5,8 @@ which checkpoints.py builds from a file.
 
     command.py       what every command shares: options as a dataclass, checked
                      (parse_config); a mistake as one line and exit 2 (UsageError, run);
-                     files written aside and renamed whole (atomic_write)
+                     the files a command owns (the .nanorm record), written aside
+                     and renamed whole, never through a link (atomic_write)
     compat.py        where ColossalChat's and LLMBook's conventions meet nanoRM's
     runtime.py       who this process is: processes under torchrun, device, dtype, speed
     checkpoints.py   every checkpoint read (llama2.c .bin/.pt, Meta, HF, ColossalChat, .gguf,
