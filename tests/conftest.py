@@ -147,3 +147,47 @@ def stories_arith(out_dir, n_train, n_val):
         ]
     )
     return str(Path(out_dir) / "data")
+
+
+# A small Python between the test and the command: a child forked from a pytest worker starts
+# with the worker's memory high-water mark (Linux carries it through fork and exec), so the
+# worker's own gigabytes would read as the command's. The command, forked from this small
+# process, reports its own peak. The cap on the address space is set here and inherited.
+_MEASURE = """\
+import os, resource, subprocess, sys
+cap, report = int(sys.argv[1]), sys.argv[2]
+if cap:
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+p = subprocess.Popen([sys.executable, *sys.argv[3:]])
+_, status, usage = os.wait4(p.pid, 0)
+with open(report, "w") as f:
+    f.write(f"{os.waitstatus_to_exitcode(status)} {usage.ru_maxrss}")
+"""
+
+
+def run_measured(argv, cap=0, limit_s=900):
+    """Run `python argv` from the project root with one torch thread, its address space capped
+    at cap bytes (0: no cap), so a reader that slurps a file dies there instead of taking the
+    machine's memory. Returns (exit status, stdout, stderr, the command's own peak resident
+    bytes, seconds). limit_s only stops a hang; no test decides by the time."""
+    import subprocess
+    import tempfile
+    import threading
+    import time
+
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    with tempfile.TemporaryDirectory() as d:
+        report, out, err = (Path(d) / n for n in ("report", "out", "err"))
+        with open(out, "wb") as o, open(err, "wb") as e:
+            t0 = time.monotonic()
+            p = subprocess.Popen([sys.executable, "-c", _MEASURE, str(cap), str(report),
+                                  *map(str, argv)], cwd=ROOT, env=env, stdout=o, stderr=e)  # fmt: skip
+            hang = threading.Timer(limit_s, p.kill)
+            hang.start()
+            p.wait()
+            hang.cancel()
+            seconds = time.monotonic() - t0
+        rc, maxrss = map(int, report.read_text().split())
+        scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
+        said = (f.read_text(errors="replace") for f in (out, err))
+        return rc, *said, maxrss * scale, seconds

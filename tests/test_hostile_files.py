@@ -12,19 +12,13 @@ import collections
 import io
 import json
 import math
-import os
 import pickle
 import shutil
 import struct
-import subprocess
-import sys
-import tempfile
-import threading
-import time
 
 import pytest
 import torch
-from conftest import ROOT, shared_path
+from conftest import run_measured, shared_path
 from test_hostile_inputs import F32, LLAMA_KV, gguf_bytes, kv, kv_str, kv_strings, tensor_info
 
 import eval_rm
@@ -278,25 +272,9 @@ def child(*args, cap=8 * GB, limit_s=900):
     """Run python args in a child process: (exit status, stderr, peak resident MB, seconds).
     The child's address space is capped at cap and it is killed after limit_s, so a file that is
     not refused fails there instead of taking the machine's memory; neither decides a test: the
-    memory it reached does (os.wait4 gives that child's own peak)."""
-    import resource
-
-    def limits():
-        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-
-    with open(os.devnull, "w") as devnull, tempfile.TemporaryFile("w+") as err:
-        env = dict(os.environ, OMP_NUM_THREADS="1")
-        t0 = time.perf_counter()
-        p = subprocess.Popen([sys.executable, *map(str, args)], cwd=ROOT, env=env,
-                             stdout=devnull, stderr=err, preexec_fn=limits)  # fmt: skip
-        watchdog = threading.Timer(limit_s, p.kill)
-        watchdog.start()
-        _, status, usage = os.wait4(p.pid, 0)
-        watchdog.cancel()
-        p.returncode = os.waitstatus_to_exitcode(status)
-        seconds = time.perf_counter() - t0
-        err.seek(0)
-        return p.returncode, err.read(), usage.ru_maxrss / 1024, seconds
+    memory it reached does (the command's own peak, conftest.run_measured)."""
+    rc, _, err, peak, seconds = run_measured(args, cap=cap, limit_s=limit_s)
+    return rc, err, peak / (1 << 20), seconds
 
 
 # ------------------------------------------------------------------ 11. sizes from the bytes

@@ -441,9 +441,11 @@ CLAIMS["07_rl.ipynb"] = [
       "\n".join([r"ppo_proxy5000_kl0.02 seed \d: gold NUM -> peak NUM at step NUM \(kl NUM\) -> end NUM; proxy NUM -> NUM"] * 5),
       lambda *v: all(g0 + 0.04 <= pk and p1 > p0 for g0, pk, _, _, _, p0, p1 in zip(*[iter(v)] * 7, strict=True))),
     C("against the 1,000-pair proxy the gold ends below its start, every seed",
-      "\n".join([r"ppo_proxy1000_kl0.02 seed \d: gold NUM -> peak NUM at step NUM \(kl NUM\) -> end NUM;"] * 5),
+      "\n".join([r"ppo_proxy1000_kl0.02 seed \d: gold NUM -> peak NUM at step NUM \(kl NUM\) -> end NUM;.*"] * 5),
       lambda *v: all(end < g0 for g0, _, _, _, end in zip(*[iter(v)] * 5, strict=True))),
-    C("GRPO against the verifier raises the gold to about 0.75 without a fall, every seed",
-      "\n".join([r"grpo_verifier_kl0.02 seed \d: gold NUM -> peak NUM .*-> end NUM;"] * 5),
-      lambda *v: all(end > 0.7 and end > g0 + 0.15 for g0, _, end in zip(*[iter(v)] * 3, strict=True))),
+    C("GRPO against the verifier, every seed: the gold rises by 0.15 or more to a peak above 0.7 and "
+      "ends within 0.06 of it (measured peaks 0.74-0.78, ends 0.69-0.77)",
+      "\n".join([r"grpo_verifier_kl0.02 seed \d: gold NUM -> peak NUM .*-> end NUM;.*"] * 5),
+      lambda *v: all(pk > 0.7 and end > g0 + 0.15 and pk - end < 0.065
+                     for g0, pk, end in zip(*[iter(v)] * 3, strict=True))),
 ]  # fmt: skip

@@ -9,15 +9,10 @@ import gzip
 import json
 import os
 import stat
-import subprocess
-import sys
-import tempfile
-import threading
-import time
 import tracemalloc
 
 import pytest
-from conftest import ROOT, shared_path
+from conftest import run_measured, shared_path
 
 import data.rows as rows_mod
 from data.prepare import main as prepare
@@ -217,41 +212,6 @@ def test_blank_lines_and_long_lines_cost_no_memory(tmp_path):
     assert len(pairs) == 2 * 3 and left_out == 0 and peak < bound, peak
 
 
-def run_measured(argv):
-    """(exit status, stdout, stderr, peak resident memory in bytes, seconds) of `python argv`
-    run from the project root. The peak is the child's own (os.wait4's rusage, its
-    RUSAGE_CHILDREN ru_maxrss alone). Its address space is capped a GiB above this process's
-    peak (which has imported what the child imports), so a reader that slurps the file dies of
-    MemoryError instead of taking the machine's memory."""
-    cap = None
-    try:
-        with open("/proc/self/status") as f:
-            peak = next(int(x.split()[1]) for x in f if x.startswith("VmPeak:")) << 10
-        cap = peak + (1 << 30)
-    except (OSError, StopIteration):
-        pass
-    limit = (
-        f"import resource; resource.setrlimit(resource.RLIMIT_AS, ({cap}, {cap}))" if cap else ""
-    )
-    boot = f"import os, sys; {limit}; os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        start = time.monotonic()
-        p = subprocess.Popen(
-            [sys.executable, "-c", boot, *map(str, argv)], cwd=ROOT, stdout=out, stderr=err, env=env
-        )
-        hang = threading.Timer(600, p.kill)  # only against a hang: the test never times it
-        hang.start()
-        _, status, usage = os.wait4(p.pid, 0)
-        hang.cancel()
-        seconds = time.monotonic() - start
-        p.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0), err.seek(0)
-        said = out.read().decode(errors="replace"), err.read().decode(errors="replace")
-    scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
-    return p.returncode, *said, usage.ru_maxrss * scale, seconds
-
-
 @pytest.mark.slow
 def test_gigabytes_of_gzip_are_read_in_little_memory(tmp_path, capsys):
     """A 300 KB .jsonl.gz of 40 rows and 300 MB of newlines, a 1 MB .gz holding a 1 GB line:
@@ -279,7 +239,7 @@ def test_gigabytes_of_gzip_are_read_in_little_memory(tmp_path, capsys):
         "--out_dir",
         tmp_path / "d",
     ]
-    rc, out, err, peak, seconds = run_measured(argv)
+    rc, out, err, peak, seconds = run_measured(argv, cap=4 << 30)
     with capsys.disabled():
         print(
             f"\n  prepare on 300 MB of newlines and a 1 GB line: {seconds:.1f} s, {peak >> 20} MB"
