@@ -291,8 +291,9 @@ for setting, seeds in runs.items():  # 5-step moving averages: one step's gold i
 #   proxy in every seed, and collapses to 0.08-0.19 by step 100 while that proxy climbs to +7.
 # * **A larger KL coefficient** (0.1 against 0.02) barely brakes the drift here: the final KL is
 #   smaller in every seed, by 0.1-0.3 nats of about 8; the peak moves in no consistent direction.
-# * **GRPO against the verifier** raises the gold from about 0.5 to about 0.75 in every seed, at a
-#   KL under 1 nat, without a fall: a reward that cannot be fooled is climbed.
+# * **GRPO against the verifier** raises the gold from about 0.5 to a peak of 0.74-0.78 in every
+#   seed, at a KL under 1 nat, and ends within 0.06 of it (one step's noise): a reward that cannot
+#   be fooled is climbed.
 #
 # **Questions.**
 # 1. Why is the KL at step 0 exactly 0, and why does `rl.jsonl`'s `kl` sometimes come out
