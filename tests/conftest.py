@@ -22,9 +22,31 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 
 def pytest_collection_modifyitems(config, items):
-    """The slow tests first, each file's in its order: `pytest -n 2` hands the first quarter of
-    the tests out in turn, so the two workers share the long ones and end on quick ones."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # a stable sort
+    """The longest tests first: the notebooks' runs, then the other slow tests, each file's in
+    its order, then the quick ones. With --dist worksteal (pyproject's addopts) a worker that
+    runs out of tests takes half of the other's queue, so both end together on quick tests."""
+
+    def rank(item):
+        slow = item.get_closest_marker("slow") is not None
+        return (not slow, not (slow and item.path.name == "test_notebooks.py"))
+
+    items.sort(key=rank)  # a stable sort
+
+
+MEASURED = []  # (test, what it measured): times and sizes printed after the run, never judged
+
+
+def pytest_runtest_logreport(report):
+    """A test's record_property("measured", text) reaches here from any xdist worker."""
+    if report.when == "call":
+        MEASURED.extend((report.nodeid, v) for k, v in report.user_properties if k == "measured")
+
+
+def pytest_terminal_summary(terminalreporter):
+    if MEASURED:
+        terminalreporter.section("measured, not judged")
+        for test, text in sorted(MEASURED):
+            terminalreporter.write_line(f"{test.split('::')[-1]}: {text}")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -145,13 +145,11 @@ def test_a_run_loads_what_it_runs(tmp_path):
     under_reward |= {"data.pairs", "data", "nanorm", "nanorm.base", "reward"}
     assert set(loaded("import reward")) == under_reward, loaded("import reward")
     assert set(loaded("import critic")) == under_reward | {"critic"}, loaded("import critic")
-    # a second default run (the data already built): the verifier labels the data, training
-    # never imports it; the cache, LoRA, FSDP, ODIN and the subset experts stay behind flags
-    args = ["--out_dir", str(tmp_path / "a"), "--max_iters", "2", "--eval_interval", "2"]
+    # a default run on the built-in data (conftest's built_in_arith made it): the verifier
+    # labels the data, training never imports it; the cache, LoRA, FSDP, ODIN and the subset
+    # experts stay behind flags
+    args = ["--out_dir", str(tmp_path / "b"), "--max_iters", "2", "--eval_interval", "2"]
     args += ["--eval_pairs", "8", "--batch_size", "4"]
-    run = f"import train_rm; train_rm.main({args!r})"
-    loaded(run)  # the first run builds the data if it is missing
-    args[1] = str(tmp_path / "b")
     mods = loaded(f"import train_rm; train_rm.main({args!r})") + ["train_rm"]
     assert len(set(mods)) <= 18, sorted(set(mods))
     flagged = {"verifiable", "nanorm.cache", "nanorm.lora", "nanorm.fsdp", "nanorm.length_head"}

@@ -1,7 +1,6 @@
 """gguf_reader.py against known-good readers: the `gguf` package (llama.cpp's gguf-py) for the
 format and each dequantization, transformers for a whole real model (SmolLM2-135M-Instruct)."""
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -168,19 +167,17 @@ def smol():
     pytest.importorskip("gguf", reason="transformers reads GGUF through the gguf package")
     from nanorm.base.checkpoints import load_transformer
 
-    t0 = time.perf_counter()
     kw, _ = gguf_reader.load_gguf_checkpoint(SMOL)
-    load_s = time.perf_counter() - t0
     ours = load_transformer(str(SMOL))  # what --init does with the file
     d, name = str(SMOL.parent), SMOL.name
     hf = transformers.AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32)
     tok = transformers.AutoTokenizer.from_pretrained(d, gguf_file=name)
-    return kw, load_s, ours, hf.eval(), tok
+    return kw, ours, hf.eval(), tok
 
 
 @pytest.mark.slow
-def test_smollm2_config_and_load_time(smol):
-    kw, load_s, ours, hf, _ = smol
+def test_smollm2_config(smol):
+    kw, ours, hf, _ = smol
     c = hf.config
     # the file holds eps as float32 (9.99999975e-06); we read back the decimal it came from
     kw = dict(kw)
@@ -197,13 +194,12 @@ def test_smollm2_config_and_load_time(smol):
         tie_embeddings=True,
     )
     assert ours.output.weight is ours.tok_embeddings.weight
-    assert load_s < 10, f"dequantizing the 135M model took {load_s:.1f} s"
 
 
 @torch.no_grad()
 @pytest.mark.slow
 def test_smollm2_logits_and_greedy_match_transformers(smol):
-    _, _, ours, hf, tok = smol
+    _, ours, hf, tok = smol
     for prompt in PROMPTS:
         ids = torch.tensor([tok(prompt, add_special_tokens=False)["input_ids"]])
         a, b = ours(ids), hf(ids).logits

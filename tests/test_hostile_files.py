@@ -381,7 +381,7 @@ def test_a_file_is_read_for_the_bytes_it_holds(sizes, what):
         ("GGUF tensors over the same bytes", "score"),
     ],
 )
-def test_a_hostile_file_costs_the_commands_no_memory(sizes, tmp_path, what, cmd):
+def test_a_hostile_file_costs_the_commands_no_memory(sizes, tmp_path, what, cmd, record_property):
     """Through the command a user runs, as a child process: one line, exit 2, and the child's
     peak memory under 1 GB (what importing torch takes)."""
     path, words = sizes[what]
@@ -392,7 +392,9 @@ def test_a_hostile_file_costs_the_commands_no_memory(sizes, tmp_path, what, cmd)
         "eval": ["eval_rm.py", "--ckpt", path, "--data", pairs, "--out", tmp_path / "e"],
     }[cmd] + ["--tokenizer", tok512()]
     rc, err, peak_mb, seconds = child(*argv)
-    print(f"{what} through {cmd}: exit {rc}, {peak_mb:.0f} MB, {seconds:.1f} s")
+    record_property(
+        "measured", f"{what} through {cmd}: exit {rc}, {peak_mb:.0f} MB, {seconds:.1f} s"
+    )
     assert rc == 2 and err.count("\n") == 1, err[-2000:]
     assert str(path) in err and words in err, err
     assert peak_mb < 1024, peak_mb

@@ -197,6 +197,33 @@ def execute(nb):
     client.execute()  # raises CellExecutionError, naming the cell, if any cell raises
 
 
+def cell_seconds(nb):
+    """[(seconds, cell number)] of an executed notebook, the slowest first: the times nbclient
+    records, printed with the run for bench/README.md (a student's wait per cell), never judged."""
+    from datetime import datetime
+
+    def at(stamp):
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+    times = []
+    for i, cell in enumerate(nb.cells):
+        e = cell.get("metadata", {}).get("execution", {})
+        if "iopub.execute_input" in e and "shell.execute_reply" in e:
+            times.append(
+                ((at(e["shell.execute_reply"]) - at(e["iopub.execute_input"])).total_seconds(), i)
+            )
+    return sorted(times, reverse=True)
+
+
+def say_cell_times(name, nb, record_property):
+    times = cell_seconds(nb)
+    if times:
+        slow = ", ".join(f"{t:.1f} s (cell {i})" for t, i in times[:3])
+        record_property(
+            "measured", f"{name}: slowest cells {slow}; all {sum(t for t, _ in times):.0f} s"
+        )
+
+
 def reads_the_data(name):
     """Whether a notebook's source reads ../shared/data: a cell tagged "shared-data", or the
     NANORM_DATA variable that names another place for it."""
@@ -229,13 +256,14 @@ def test_the_notebooks_run_without_data_are_those_that_read_it():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", FRESH)
-def test_a_fresh_run_shows_the_claims(name, monkeypatch):
+def test_a_fresh_run_shows_the_claims(name, monkeypatch, record_property):
     pytest.importorskip("ipykernel", reason="executing notebooks needs ipykernel")
     nb = read(name)  # executed in memory: the stored file is not touched
     have_data = SHARED.exists()
     if not have_data or name not in READS_DATA:  # no data, or a notebook that reads none
         monkeypatch.setenv("NANORM_DATA", "none")
     execute(nb)
+    say_cell_times(name, nb, record_property)
     found = broken(CLAIMS[name], nb, have_data)
     how = "with" if have_data and name in READS_DATA else "without"
     assert not found, report(f"{name} ({how} ../shared/data)", found)
@@ -243,7 +271,7 @@ def test_a_fresh_run_shows_the_claims(name, monkeypatch):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", READS_DATA)
-def test_runs_without_the_shared_data(name, monkeypatch):
+def test_runs_without_the_shared_data(name, monkeypatch, record_property):
     """Every notebook that reads ../shared/data has a fallback for a machine without it, and
     its claims not tagged shared hold there too (the run above covers this where the data is
     absent)."""
@@ -253,6 +281,7 @@ def test_runs_without_the_shared_data(name, monkeypatch):
     monkeypatch.setenv("NANORM_DATA", "none")
     nb = read(name)
     execute(nb)
+    say_cell_times(f"{name} without the data", nb, record_property)
     found = broken(CLAIMS[name], nb, have_data=False)
     assert not found, report(f"{name} (without ../shared/data)", found)
 
