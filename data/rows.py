@@ -310,7 +310,7 @@ def _raw_newline(lineno, text, lines, ahead):
         last = j
         try:
             json.loads(text, strict=False)  # strict=False: allow raw newlines in strings
-        except (json.JSONDecodeError, RecursionError):
+        except (ValueError, RecursionError):  # JSONDecodeError, or a number past int's limit
             continue
         err = BadRowError(f"invalid JSON: a raw newline inside a string (lines {lineno}-{j})")
         return err  # the lines it covers are used up
@@ -347,6 +347,8 @@ def _array_rows(path, text):
             raise BadRowError(msg) from None
         except RecursionError:  # one bad element: skip to its end, read on
             row, i = too_deep(), _value_end(text, i)
+        except ValueError:  # a number past int's digit limit: one bad element, read on
+            row, i = number_too_long(), _value_end(text, i)
         yield line, row
 
 
@@ -371,6 +373,13 @@ def too_deep():
     )
 
 
+def number_too_long():
+    return BadRowError(
+        f"number too long: over {sys.get_int_max_str_digits()} digits (no field of a pair is a "
+        "number this long)"
+    )
+
+
 def _decode(raw):
     try:
         return raw.decode("utf-8")
@@ -387,6 +396,8 @@ def _parse(text):
         raise BadRowError(f"invalid JSON: {e.msg} at column {e.colno}{_hint(text)}") from None
     except RecursionError:  # json's parser recurses once per level: [[[[...]]]] 100k deep
         raise too_deep() from None
+    except ValueError:  # an integer past Python's digit limit (4300 by default)
+        raise number_too_long() from None
 
 
 def _hint(text):

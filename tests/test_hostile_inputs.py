@@ -35,10 +35,13 @@ SURROGATES = {  # a lone half of a UTF-16 pair, in each place a row holds text
     '{"role": "assistant", "content": "a"}], '
     '"rejected": [{"role": "user", "content": "\\ud83d"}, {"role": "assistant", "content": "b"}]}',
 }
-HOSTILE = {"deep list": DEEP_LIST, "deep dict": DEEP_DICT} | {
+# an integer past Python's digit limit: json raises a ValueError that is not a JSONDecodeError
+LONG_NUMBER = '{"prompt": "p", "chosen": "a", "rejected": "b", "n": ' + "9" * 5000 + "}"
+HOSTILE = {"deep list": DEEP_LIST, "deep dict": DEEP_DICT, "long number": LONG_NUMBER} | {
     f"surrogate in {k}": v for k, v in SURROGATES.items()
 }
 KIND = {"deep list": "nested too deep", "deep dict": "nested too deep"}
+KIND["long number"] = "number too long"
 
 
 def write_rows(path, bad, at=10):
@@ -78,9 +81,9 @@ def test_prepare_keeps_the_good_rows_around_hostile_ones(tmp_path, capsys):
     path.write_text("\n".join(rows) + "\n")
     args = ["--src", str(path), "--tokenizer", str(tok)]
     meta = prepare([*args, "--out_dir", str(tmp_path / "d")])
-    assert meta["skipped"] == {"nested too deep": 2, "lone surrogate": 3}
+    assert meta["skipped"] == {"nested too deep": 2, "number too long": 1, "lone surrogate": 3}
     assert meta["subsets"]["prefs"]["n_train"] + meta["subsets"]["prefs"]["n_val"] == len(GOOD)
-    assert f"{path}: {len(GOOD)} rows, format {len(GOOD)} string pairs; bad rows: 5" in (
+    assert f"{path}: {len(GOOD)} rows, format {len(GOOD)} string pairs; bad rows: 6" in (
         capsys.readouterr().out
     )
     with pytest.raises(UsageError, match=r"prefs\.jsonl:2: nested too deep: "):
