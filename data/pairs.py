@@ -510,3 +510,24 @@ def epoch_order(data, seed, G, bucket, packed, balance="none"):
     if bucket:
         return bucketed_order(data.lengths(packed), G, seed)
     return torch.randperm(len(data), generator=torch.Generator().manual_seed(seed))
+
+
+MAX_META_BYTES = 64 << 20  # a dataset's meta.json: counts per subset, kilobytes
+
+
+def looks_like_dataset(meta_path):
+    """Whether meta_path is a dataset's meta.json, as the prepare scripts write it (the keys
+    train_rm.py reads): how a folder that an older nanoRM wrote, with no record, is told."""
+    if (
+        os.path.islink(meta_path)
+        or not os.path.isfile(meta_path)
+        or os.path.getsize(meta_path) > MAX_META_BYTES
+    ):
+        return False
+    try:
+        with open(meta_path) as f:
+            meta = json.load(f)
+    except (OSError, ValueError):
+        return False
+    keys = {"tokenizer_fingerprint", "vocab_size", "end_id"}
+    return isinstance(meta, dict) and keys <= set(meta)

@@ -53,10 +53,21 @@ from dataclasses import dataclass
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the root
 
 from data.chat import chat_format
-from data.pairs import encode_pair, length_heuristics, write_pairs
+from data.pairs import encode_pair, length_heuristics, looks_like_dataset, write_pairs
 from data.rows import BadRowError, read_pairs
 from data.tokenizer import load_tokenizer, tokenizer_fingerprint, train_sentencepiece
-from nanorm.base.command import NON_NEGATIVE, REQUIRED, UsageError, one_of, opt, parse_config, run
+from nanorm.base.command import (
+    MARKER,
+    NON_NEGATIVE,
+    REQUIRED,
+    UsageError,
+    one_of,
+    opt,
+    parse_config,
+    read_record,
+    run,
+    write_record,
+)
 
 EXTENSIONS = (".jsonl", ".jsonl.gz", ".json", ".json.gz")
 SPLIT_NAMES = ("train", "test", "val", "valid", "validation", "dev")  # not a subset's name
@@ -212,32 +223,46 @@ class PrepareConfig(PrepareOptions):
     out_dir: str = opt(REQUIRED, "the dataset folder train_rm.py reads")
 
 
-DATASET_FILES = {"meta.json", "train.npz", "val.npz", "tok.model"}  # all this script writes
+DATASET_FILES = {"meta.json", "train.npz", "val.npz", "tok.model"}  # and the record, .nanorm
+COMMAND = "data/prepare.py"  # the name its record gives it
 PARTIAL = {f"{f}.tmp" for f in DATASET_FILES}  # a file being written (data.atomic_write)
 
 
 def check_out_dir(out, overwrite):
     """Refuse an --out_dir that holds anything but a dataset this script wrote: a file, or a
     folder with other files in it (or links, or folders, which it never writes), is the user's
-    and is never replaced, --overwrite or not."""
+    and is never replaced, --overwrite or not. What this script wrote is what the folder's
+    record (.nanorm) gives it; a folder without one (an older nanoRM kept none) is a dataset
+    if its meta.json is one."""
     if not os.path.lexists(out):
         return
     if not os.path.isdir(out) or os.path.islink(out):
         fail(f"--out_dir {out} is a file, not a dataset folder: choose another --out_dir")
-    held = set(os.listdir(out))
+    held = set(os.listdir(out)) - {MARKER}
     if not held:
         return  # an empty folder: nothing to lose
+    odd = sorted(f for f in held if not plain_file(os.path.join(out, f)))
+    if odd:
+        fail(
+            f"--out_dir {out} holds {odd[0]}, a link or a folder, which this script never "
+            "writes (it is not a prepared dataset): choose a new or empty --out_dir"
+        )
+    record = read_record(out, "--out_dir")
+    if record is None and not looks_like_dataset(os.path.join(out, "meta.json")):
+        record = {}  # no record, and no dataset's meta.json: nothing there is this script's
+    if record is not None:
+        theirs = sorted(f for f in held if record.get(f) != COMMAND)
+        if theirs:
+            why = "its record, .nanorm, does not list it" if record else "no .nanorm record"
+            fail(
+                f"--out_dir {out} is not a prepared dataset: it holds {theirs[0]}, which this "
+                f"script did not write ({why}); choose a new or empty --out_dir"
+            )
     if "meta.json" not in held or not held <= DATASET_FILES:
         fail(
             f"--out_dir {out} holds files that are not a prepared dataset "
             f"({', '.join(sorted(held - DATASET_FILES)[:3]) or 'no meta.json'}): "
             "choose a new or empty --out_dir"
-        )
-    odd = sorted(f for f in held if not plain_file(os.path.join(out, f)))
-    if odd:
-        fail(
-            f"--out_dir {out} holds {odd[0]}, a link or a folder, which this script never "
-            "writes: choose a new or empty --out_dir"
         )
     if not overwrite:
         fail(f"{out} already holds a dataset: pass --overwrite to replace it, or --out_dir")
@@ -289,9 +314,10 @@ def aside(out, kind):
 
 
 def ours(folder, names):
-    """Whether folder holds nothing but plain files named in names (what this script writes)."""
-    held = os.listdir(folder)
-    return set(held) <= names and all(plain_file(os.path.join(folder, f)) for f in held)
+    """Whether folder holds nothing but plain files named in names (what this script writes),
+    or atomic_write's temporary files of them (.name.<12 hex digits>.tmp)."""
+    held = {re.sub(r"^\.(.+)\.[0-9a-f]{12}\.tmp$", r"\1", f) for f in os.listdir(folder)}
+    return held <= names and all(plain_file(os.path.join(folder, f)) for f in os.listdir(folder))
 
 
 def clean_stale(out):
@@ -324,12 +350,12 @@ def put_away(out, path, kind):
     """clean_stale's work on one stale folder: a tmp- one is deleted; an old- one gives back
     the dataset it holds (d) when out is missing, else deletes it. Anything else is kept."""
     if kind == "tmp":
-        if ours(path, DATASET_FILES | PARTIAL):
+        if ours(path, DATASET_FILES | PARTIAL | {MARKER}):
             shutil.rmtree(path)
         return
     old = os.path.join(path, "d")  # aside: d, the dataset out held
     if os.listdir(path) == ["d"] and not os.path.islink(old) and os.path.isdir(old):
-        if not ours(old, DATASET_FILES):
+        if not ours(old, DATASET_FILES | {MARKER}):
             return
         if not os.path.lexists(out):
             os.replace(old, out)
@@ -362,6 +388,7 @@ def prepare(args, sources, out):
         meta.update(subset_key=args.subset_key)
         with open(os.path.join(tmp, "meta.json"), "w") as f:
             json.dump(meta, f, indent=1)
+        write_record(tmp, dict.fromkeys(set(os.listdir(tmp)) & DATASET_FILES, COMMAND))
         if os.path.exists(out):  # replace the old dataset whole: aside, swap, delete
             old, lock = aside(out, "old")
             locks.append(lock)

@@ -37,7 +37,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
 
-from nanorm.base.command import UsageError
+from nanorm.base.command import UsageError, atomic_write
 
 BYTE_OFFSET = 3  # llama2.c layout: ids 0,1,2 = <unk>, <s>, </s>; ids 3..258 = <0x00>..<0xFF>
 
@@ -242,7 +242,7 @@ def train_sentencepiece(
         minloglevel=2,  # sentencepiece logs every step to stderr otherwise
     )
     settings.update(options)
-    with open(model_path, "wb") as f:
+    with atomic_write(model_path) as f:  # never through a link, never a half-written file
         spm.SentencePieceTrainer.train(sentence_iterator=iter(texts), model_writer=f, **settings)
     return model_path
 

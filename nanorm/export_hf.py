@@ -65,6 +65,7 @@ from nanorm.base.command import (
     disk_error,
     new_folder,
     read_record,
+    write_record,
 )
 from reward import RewardModel
 
@@ -298,8 +299,7 @@ def export_hf(model, out_dir, tok=None, meta=None, record=None):
             written = ["config.json", "model.safetensors"]
             if tok is not None:
                 written += write_tokenizer(tok, tmp, pad_id, meta.get("chat_format", "auto"))
-            with atomic_write(os.path.join(tmp, MARKER), "w") as f:
-                json.dump({"files": dict.fromkeys(sorted(written), EXPORT)}, f, indent=1)
+            write_record(tmp, dict.fromkeys(written, EXPORT))
     except OSError as e:
         disk = disk_error(e)
         if disk is None:

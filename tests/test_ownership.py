@@ -130,6 +130,59 @@ def test_train_never_replaces_files_it_did_not_write(arith, tmp_path, capsys):
 
 
 @pytest.mark.slow
+def test_prepare_records_its_dataset_and_replaces_only_that(tmp_path, capsys):
+    """data/prepare.py replaces a dataset whole with --overwrite, but only one it wrote: a
+    folder holding the user's own meta.json (and nothing else) was taken for a dataset and
+    replaced; a file put beside a dataset, or a forged or oversized record, is refused."""
+    from data.prepare import main as prepare
+
+    tok = shared_path("llama2c", "stories260K", "tok512.bin")
+    src = tmp_path / "pairs.jsonl"
+    rows = [{"prompt": f"Q{i}", "chosen": f" a{i}", "rejected": " no"} for i in range(30)]
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    argv = ["--src", src, "--tokenizer", tok, "--overwrite", "--out_dir"]
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "meta.json").write_text('{"my": "notes"}')
+    refused_here(capsys, prepare, [*argv, mine], mine, "meta.json", "did not write")
+    assert contents(mine) == {"meta.json": b'{"my": "notes"}'}
+
+    data = tmp_path / "data"
+    command.run(prepare, [str(a) for a in [*argv, data]])
+    assert record(data) == dict.fromkeys(["meta.json", "train.npz", "val.npz"], "data/prepare.py")
+    command.run(prepare, [str(a) for a in [*argv, data]])  # its own: replaced with --overwrite
+    (data / "notes.txt").write_text("mine")
+    refused_here(capsys, prepare, [*argv, data], "notes.txt", "did not write")
+    os.remove(data / "notes.txt")
+    (data / MARKER).write_bytes(b" " * (command.MAX_RECORD_BYTES + 1))
+    refused_here(capsys, prepare, [*argv, data], MARKER, "not nanoRM's record")
+    os.remove(data / MARKER)  # as an older nanoRM left it: its meta.json says it is a dataset
+    command.run(prepare, [str(a) for a in [*argv, data]])
+    assert MARKER in os.listdir(data)
+
+
+def test_the_arithmetic_prepare_never_writes_over_a_users_file_or_through_a_link(tmp_path, capsys):
+    """data/arith/prepare.py wrote its four files into --out_dir with plain open(): over a
+    file of the user's, and through a link, to the file it points at."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's")
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    os.symlink(victim, linked / "meta.json")
+    refused_here(capsys, prepare_arith, ["--out_dir", linked], "meta.json", "link")
+    assert victim.read_text() == "the user's"
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "tok.model").write_text("my tokenizer")
+    refused_here(capsys, prepare_arith, ["--out_dir", mine], "tok.model", "not a file nanoRM wrote")
+    assert contents(mine) == {"tok.model": b"my tokenizer"}
+    out = tmp_path / "arith"
+    prepare_arith(["--out_dir", str(out), "--n_train", "64", "--n_val", "8"])
+    assert set(record(out)) == {"tok.model", "train.npz", "val.npz", "meta.json"}
+    prepare_arith(["--out_dir", str(out), "--n_train", "64", "--n_val", "8"])  # its own again
+
+
 def test_a_run_records_its_files_and_replaces_only_those(arith, tmp_path):
     """A new run beside the user's notes: its record names what it wrote and nothing else;
     --overwrite and --resume replace those files alone."""

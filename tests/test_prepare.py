@@ -191,7 +191,7 @@ def test_empty_out_dir_is_used(hh_folder, tmp_path):
     out = tmp_path / "empty"
     out.mkdir()
     prepare_any(["--src", str(hh_folder), "--tokenizer", str(tok), "--out_dir", str(out)])
-    assert sorted(os.listdir(out)) == ["meta.json", "train.npz", "val.npz"]
+    assert sorted(os.listdir(out)) == [".nanorm", "meta.json", "train.npz", "val.npz"]
 
 
 def pair_tokens(path):

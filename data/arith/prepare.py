@@ -25,9 +25,9 @@ from dataclasses import dataclass
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the project root
 
-from data.pairs import encode_pair, length_heuristics, write_pairs
+from data.pairs import encode_pair, length_heuristics, looks_like_dataset, write_pairs
 from data.tokenizer import SentencePieceTokenizer, tokenizer_fingerprint, train_sentencepiece
-from nanorm.base.command import UsageError, opt, parse_config, run
+from nanorm.base.command import Outputs, UsageError, atomic_write, opt, parse_config, run
 from verifiable import gsm8k_reward
 
 QUESTIONS = ["What is {a} {op} {b}?", "Compute {a} {op} {b}.", "{a} {op} {b} = ?"]
@@ -78,6 +78,9 @@ class ArithConfig:
     seed: int = opt(0, "seeds the questions and the split", at_least(0))
 
 
+COMMAND, FILES = "data/arith/prepare.py", ["tok.model", "train.npz", "val.npz", "meta.json"]
+
+
 def main(argv=None):
     args = parse_config(ArithConfig, argv, description=__doc__)
 
@@ -96,7 +99,10 @@ def main(argv=None):
                 f"--max_operand {args.max_operand}: lower --n_val or raise --max_operand"
             )
     pairs = train + val
-    os.makedirs(args.out_dir, exist_ok=True)
+    # before anything is written: a file of these names that this script did not write (the
+    # folder's record, .nanorm, says), or a link, is refused, never replaced
+    folder_is_ours = lambda d: looks_like_dataset(os.path.join(d, "meta.json"))  # noqa: E731
+    Outputs(args.out_dir, COMMAND, FILES, "--out_dir", earlier=folder_is_ours).claim()
     texts = (p[k] for p in pairs for k in ("prompt", "chosen", "rejected"))
     try:
         tok_path = os.path.join(args.out_dir, "tok.model")
@@ -124,7 +130,7 @@ def main(argv=None):
         "max_len": args.max_len,
         "length_baseline_val": round(longer["val"], 4),  # longer response wins, in tokens
     }
-    with open(os.path.join(args.out_dir, "meta.json"), "w") as f:
+    with atomic_write(os.path.join(args.out_dir, "meta.json"), "w") as f:
         json.dump(meta, f, indent=1)
     print(f"wrote {tok_path} (vocab {tok.vocab_size}) and meta.json")
     print(f"example: {pairs[0]}")

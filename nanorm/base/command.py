@@ -272,6 +272,15 @@ def new_folder(path):
 MARKER = ".nanorm"  # in each output folder: the files nanoRM wrote there, and which command
 
 
+MAX_RECORD_BYTES = 1 << 20  # a record lists file names: far less than a megabyte
+
+
+def write_record(folder, files):
+    """folder/.nanorm := {file name: the command that wrote it}, written aside and renamed."""
+    with atomic_write(os.path.join(folder, MARKER), "w") as f:
+        json.dump({"files": dict(sorted(files.items()))}, f, indent=1)
+
+
 def read_record(folder, flag):
     """{file name: the command that wrote it} of folder/.nanorm, or None where there is none.
     flag: the option that named the folder, for the message."""
@@ -281,6 +290,8 @@ def read_record(folder, flag):
     try:
         if os.path.islink(path) or not os.path.isfile(path):
             raise ValueError("not a regular file")
+        if os.path.getsize(path) > MAX_RECORD_BYTES:
+            raise ValueError("too large")
         with open(path) as f:
             files = json.load(f)["files"]
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
@@ -346,5 +357,4 @@ class Outputs:
         if os.path.isdir(self.folder) and read_record(self.folder, self.flag) == files:
             return  # recorded already
         os.makedirs(self.folder, exist_ok=True)
-        with atomic_write(os.path.join(self.folder, MARKER), "w") as f:
-            json.dump({"files": dict(sorted(files.items()))}, f, indent=1)
+        write_record(self.folder, files)
