@@ -54,7 +54,7 @@ from nanorm.base.runtime import all_reduce_sum, auto_dtype, dtype_context
 from nanorm.ckpt import checkpoint_tokenizer, load_reward_model
 from nanorm.report import Scored, best_of_n, report_outputs, response_lengths, write_served_report
 from nanorm.run_dir import claim, release
-from reward import LogSigLoss, ranked_right
+from reward import ImplicitReward, LogSigLoss, ranked_right
 
 
 # ----------------------------------------------------------------------------- scoring
@@ -84,7 +84,7 @@ def evaluate(
     the same rewards)."""
     ctx, was_training = ctx or nullcontext(), rm.training
     rm.eval()
-    device = rm.head.weight.device
+    device = next(rm.parameters()).device
     if hasattr(data, "collate"):
         n_pairs = min(len(data), n_pairs or len(data))
         idx = list(range(n_pairs))[rank::world]
@@ -96,11 +96,9 @@ def evaluate(
     for ids in batches:
         with ctx:
             if not hasattr(data, "collate"):
-                b = as_batch(ids).to(device)
-                r_c, r_r = rm.forward_pair(b.chosen, b.chosen_mask, b.rejected, b.rejected_mask)
+                r_c, r_r = pair_rewards(rm, as_batch(ids).to(device))
             elif cache is None:
-                b = data.collate(ids, pad_id).to(device)
-                r_c, r_r = rm.forward_pair(b.chosen, b.chosen_mask, b.rejected, b.rejected_mask)
+                r_c, r_r = pair_rewards(rm, data.collate(ids, pad_id).to(device))
             else:  # packed rows from the frozen layers' stored output (nanorm/cache.py)
                 b = data.collate_packed(ids, pad_id, cache).to(device)
                 ends = (b.chosen_end, b.rejected_end)
@@ -131,6 +129,20 @@ def evaluate(
         for r, shard in enumerate(shards):
             rewards[r::world] = shard
     return metrics, rewards
+
+
+def pair_rewards(rm, b):
+    """(r_chosen, r_rejected) of a Batch: a reward model reads the rows; an implicit reward
+    (DPO's policy against its reference) reads which tokens are the responses too."""
+    pair = (b.chosen, b.chosen_mask, b.rejected, b.rejected_mask)
+    if isinstance(rm, ImplicitReward):
+        if b.rejected_response_mask is None:
+            raise UsageError(
+                "an implicit reward scores the responses alone: give batches with "
+                "reject_loss_mask (1 on the rejected response), or a prepared dataset"
+            )
+        pair += (b.chosen_response_mask, b.rejected_response_mask)
+    return rm.forward_pair(*pair)
 
 
 # ----------------------------------------------------------------------------- the model

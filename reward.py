@@ -9,6 +9,8 @@ A library: score.py is its command line (score a response, export to Hugging Fac
     r_c, r_r = rm.forward_pair(chosen, chosen_mask, rejected, rejected_mask)  # one backbone call
     loss = LogSigLoss()(r_c, r_r)                      # ColossalChat's loss modules; or
     loss = pairwise_loss("logsig", r_c, r_r, margin=None, center_coef=0.0)   # the function
+    ir = ImplicitReward(policy, reference, beta=0.1, scoring="sum")  # DPO's reward of a policy
+    r = ir(input_ids, attention_mask, response_mask)   # (B,); ir.loss(...) is DPO's loss
 
 Pooling. The reward is the head applied to the hidden state of the last real token (the EOS that
 data/pairs.py appends), found from the attention mask, never from a pad id: when pad == eos
@@ -217,6 +219,115 @@ def chunked_cross_entropy(lm_head, h, labels, chunk):
     return torch.cat(pieces) if pieces else h.new_zeros(0)
 
 
+# ----------------------------------------------------------------------------- DPO's reward
+SCORINGS = ("sum", "mean", "ref_free")  # how ImplicitReward reads a policy (RewardBench's three)
+
+
+def response_logprobs(logits, input_ids, response_mask):
+    """(log-probability (B,), response tokens (B,)): the log-probability a causal LM's logits
+    (B, T, vocab) give the tokens of input_ids (B, T) where response_mask is 1, summed per row,
+    and how many there are. logits[:, t] predict input_ids[:, t + 1], so each response token is
+    read from the column before it; the mask skips the prompt and padding on either side."""
+    logp = torch.log_softmax(logits[:, :-1].float(), -1)  # fp32: a sum of many rounded terms
+    logp = logp.gather(-1, input_ids[:, 1:, None]).squeeze(-1)  # (B, T - 1)
+    m = response_mask[:, 1:].to(logp.dtype)
+    return (logp * m).sum(1), m.sum(1)
+
+
+def dpo_loss(logp_chosen, logp_rejected, ref_logp_chosen, ref_logp_rejected, beta=0.1):
+    """DPO's loss (Rafailov et al. 2023) from each response's summed log-probability (B,) under
+    the policy and the frozen reference:
+
+        -log sigmoid(beta * [log pi/pi_ref (y_c | x) - log pi/pi_ref (y_r | x)])
+
+    The policy that maximises reward - KL/beta to the reference satisfies r(x, y) = beta *
+    log(pi(y|x) / pi_ref(y|x)) + a term of x alone, which cancels in r_c - r_r. So DPO is the
+    Bradley-Terry loss of a reward model whose reward is that log-ratio: pairwise_loss, fed
+    the implicit rewards. Without the reference, the policy is pushed to raise log pi(y_c)
+    anywhere, not relative to where it started; beta sets how far a given margin moves it."""
+    r_chosen = beta * (logp_chosen - ref_logp_chosen)
+    r_rejected = beta * (logp_rejected - ref_logp_rejected)
+    return pairwise_loss("logsig", r_chosen, r_rejected)
+
+
+class ImplicitReward(nn.Module):
+    """A policy read as a reward model: r(x, y) = beta * (log pi(y|x) - log pi_ref(y|x)), one
+    number per row, called like the reward models with a response_mask (B, T) too, 1 on the
+    response's tokens (the prompt is given, not scored). scoring, as RewardBench scores DPO
+    models:
+        sum       beta * the log-ratio summed over the response: the reward DPO trains
+        mean      the same per response token: longer responses are not favoured for length
+        ref_free  beta * log pi(y|x), the policy alone: what is left without the reference
+    The policy is `backbone`, the name every reward model gives its LLaMA, so a checkpoint
+    holds it under the same keys (nanorm/ckpt.py stores the reference beside it). The
+    reference is frozen and stays in eval mode. Simplified: the full logits (B, T, vocab) are
+    made, fine at a small vocabulary (LMRegularizedRewardModel's chunked LM head is the way at
+    a large one), and the reference runs every step rather than once per pair."""
+
+    def __init__(self, policy, reference, beta=0.1, scoring="sum"):
+        super().__init__()
+        if scoring not in SCORINGS:
+            raise ValueError(f"scoring {scoring!r} is not one of {SCORINGS}")
+        if not beta > 0:  # (a NaN fails here too)
+            raise ValueError(f"beta must be > 0, got {beta}")
+        self.backbone, self.reference = policy, reference.requires_grad_(False).eval()
+        self.beta, self.scoring = float(beta), scoring
+
+    def train(self, mode=True):
+        super().train(mode)
+        self.reference.eval()  # frozen: no dropout, whatever the policy does
+        return self
+
+    def log_probs(self, input_ids, attention_mask, response_mask):
+        """(log pi(y|x), log pi_ref(y|x), response tokens), each (B,)."""
+        logits = self.backbone(input_ids, attention_mask)
+        logp, n = response_logprobs(logits, input_ids, response_mask)
+        with torch.no_grad():  # the reference is a constant of training
+            ref_logits = self.reference(input_ids, attention_mask)
+            ref, _ = response_logprobs(ref_logits, input_ids, response_mask)
+        return logp, ref, n
+
+    def forward(self, input_ids, attention_mask=None, response_mask=None, **kwargs):
+        """Rewards (B,) of the rows' responses, by self.scoring. Other keywords are ignored, as
+        RewardModel ignores them (it ignores response_mask too: a caller may pass it to both)."""
+        return self.scores(input_ids, attention_mask, response_mask)[self.scoring]
+
+    def scores(self, input_ids, attention_mask, response_mask):
+        """{scoring: rewards (B,)} for every scoring, from one policy and one reference call."""
+        if response_mask is None:
+            raise ValueError("an implicit reward needs response_mask: 1 on the response's tokens")
+        logp, ref, n = self.log_probs(input_ids, attention_mask, response_mask)
+        ratio = logp - ref  # (B,) log pi(y|x) / pi_ref(y|x)
+        return {
+            "sum": self.beta * ratio,
+            "mean": self.beta * ratio / n.clamp(min=1),  # a response of no tokens scores 0
+            "ref_free": self.beta * logp,
+        }
+
+    def rows(self, chosen, chosen_mask, rejected, rejected_mask, chosen_resp, rejected_resp):
+        """The 2B rows of a pair batch (chosen rows, then rejected) with their response masks."""
+        tokens, mask = pad_and_concat(chosen, chosen_mask, rejected, rejected_mask)  # (2B, T)
+        _, response = pad_and_concat(chosen, chosen_resp, rejected, rejected_resp)  # (2B, T)
+        return tokens, mask, response
+
+    def forward_pair(self, *pair):
+        """(r_chosen, r_rejected), each (B,), from one call on the 2B rows. pair: chosen,
+        chosen_mask, rejected, rejected_mask, chosen_response_mask, rejected_response_mask."""
+        r = self(*self.rows(*pair))  # (2B,)
+        B = pair[0].size(0)
+        return r[:B], r[B:]
+
+    def loss(self, *pair):
+        """(DPO's loss, stats) on a pair batch (forward_pair's arguments): dpo_loss on the
+        summed log-probabilities, one policy call and one reference call on the 2B rows. DPO
+        trains the sum whatever self.scoring; the stats' rewards are the sum's."""
+        B = pair[0].size(0)
+        logp, ref, _ = self.log_probs(*self.rows(*pair))  # (2B,) each
+        loss = dpo_loss(logp[:B], logp[B:], ref[:B], ref[B:], self.beta)
+        r = self.beta * (logp - ref)
+        return loss, pair_stats(r[:B], r[B:], loss)
+
+
 # ----------------------------------------------------------------------------- the models
 # heads a checkpoint of another class holds that a model starting from it does not read, and why
 # (a class's own checkpoint gives all its heads; any other tensor is refused by name)
@@ -226,6 +337,7 @@ STARTS_WITHOUT = {
     "length_head.": "ODIN's length head, read by its training alone (nanorm/length_head.py)",
     "experts.": "the subset experts' mixture: another class starts from the shared head",
     "gate.": "the subset experts' gate: another class starts from the shared head",
+    "reference.": "DPO's frozen reference policy, which its implicit reward alone reads",
 }
 
 

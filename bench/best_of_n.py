@@ -57,13 +57,17 @@ def answers(policy, tok, fmt, question, k, max_new_tokens, temperature, ctx):
 
 
 def proxy_rewards(rm, prompt, responses, pad_id, ctx):
-    """The reward model's score of each [prompt | response], read at the response's end token."""
+    """The reward model's score of each [prompt | response], read at the response's end token;
+    a DPO policy's implicit reward (its ckpt.pt as --proxy) reads the response's tokens, which
+    response_mask marks (a reward model ignores it)."""
     rows = [prompt + r for r in responses]
     T = max(map(len, rows))
     ids = torch.tensor([r + [pad_id] * (T - len(r)) for r in rows])
     mask = torch.tensor([[1] * len(r) + [0] * (T - len(r)) for r in rows])
+    response = torch.tensor([[0] * len(prompt) + [1] * (len(r) - len(prompt)) + [0] * (T - len(r))
+                             for r in rows])  # fmt: skip
     with ctx, torch.no_grad():
-        return rm(ids, mask).float().tolist()
+        return rm(ids, mask, response_mask=response).float().tolist()
 
 
 def main(argv=None):

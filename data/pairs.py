@@ -82,19 +82,22 @@ class Batch:
     chosen_response_mask: torch.Tensor  # (B, T) 1 on the chosen response's tokens (LM term)
     n_tokens: int  # real (non-padding) tokens in the batch
     groups: torch.Tensor | None = None  # (B,) each pair's subset, where the data has subsets
+    rejected_response_mask: torch.Tensor | None = None  # (B, T) the rejected's (DPO reads both)
 
     def to(self, device):
         for k in ("chosen", "chosen_mask", "rejected", "rejected_mask", "chosen_response_mask"):
             setattr(self, k, getattr(self, k).to(device, non_blocking=True))
-        if self.groups is not None:
-            self.groups = self.groups.to(device, non_blocking=True)
+        for k in ("groups", "rejected_response_mask"):
+            if getattr(self, k) is not None:
+                setattr(self, k, getattr(self, k).to(device, non_blocking=True))
         return self
 
 
 def as_batch(batch):
     """A Batch from ColossalChat's preference batch, the dict its collator makes
     ({chosen,reject}_input_ids, {chosen,reject}_attention_mask, and chosen_loss_mask, 1 on the
-    chosen response, which the LM term reads); nanoRM's Batch and PackedBatch are returned as
+    chosen response, which the LM term reads; reject_loss_mask, the rejected's, which DPO's
+    implicit reward reads, where given); nanoRM's Batch and PackedBatch are returned as
     they are. A dict or Batch is checked first (check_pairs): a batch the model cannot read is
     one line naming its key and the fix, not an error from deep inside torch."""
     if isinstance(batch, Batch):
@@ -118,9 +121,13 @@ def as_batch(batch):
     masks = dict(chosen_attention_mask=(c_mask, "chosen_input_ids"))
     masks.update(reject_attention_mask=(r_mask, "reject_input_ids"))
     masks.update(chosen_loss_mask=(response, "chosen_input_ids"))
+    rejected_response = batch.get("reject_loss_mask")  # ColossalChat's DPO batches have it
+    if rejected_response is not None:
+        masks.update(reject_loss_mask=(rejected_response, "reject_input_ids"))
     check_pairs(dict(chosen_input_ids=chosen, reject_input_ids=rejected), masks, "the batch's ")
     n_tokens = int(c_mask.sum()) + int(r_mask.sum())
-    return Batch(chosen, c_mask, rejected, r_mask, response, n_tokens, batch.get("groups"))
+    pair = (chosen, c_mask, rejected, r_mask, response, n_tokens, batch.get("groups"))
+    return Batch(*pair, rejected_response_mask=rejected_response)
 
 
 def check_pairs(tokens, masks, where):
@@ -184,12 +191,11 @@ class PairDataset:
         tokens = right_pad(seqs, pad_id)  # (2B, T)
         t = torch.arange(tokens.size(1))
         ends = torch.tensor([len(s) for s in seqs])[:, None]  # (2B, 1)
-        starts = torch.tensor([len(p) for p, _, _ in items])[:, None]  # (B, 1) chosen's first
+        starts = torch.tensor([len(p) for p, _, _ in items] * 2)[:, None]  # (2B, 1) responses'
         mask = (t < ends).long()
-        resp = ((t >= starts) & (t < ends[:B])).long()  # (B, T) 1 on the chosen response
-        b = Batch(tokens[:B], mask[:B], tokens[B:], mask[B:], resp, int(ends.sum()))
-        b.groups = self.groups_of(indices)
-        return b
+        resp = ((t >= starts) & (t < ends)).long()  # (2B, T) 1 on each response
+        pair = (tokens[:B], mask[:B], tokens[B:], mask[B:], resp[:B], int(ends.sum()))
+        return Batch(*pair, groups=self.groups_of(indices), rejected_response_mask=resp[B:])
 
     def groups_of(self, indices):
         """(B,) the subsets of the pairs at indices, or None for data without subsets."""

@@ -19,7 +19,10 @@ What ckpt.pt holds: one dict, torch.save'd, read with weights_only=True (tensors
                           or a deleted dataset never stops a checkpoint from scoring text
     data_meta, tokenizer  the dataset's meta.json (vocabulary, chat layout, subsets) and the
                           tokenizer's path when it was trained
-    train_config          train_rm.py's options
+    train_config          train_rm.py's options (nanorm.dpo's, for a DPO policy)
+    implicit_reward       kind ImplicitReward (nanorm/dpo.py): {"beta", "scoring"}; its model
+                          holds the policy as "backbone.*" and the frozen reference it is
+                          measured against as "reference.*", so the file scores on its own
     length_calibration    {"kind": "linear_log_length", "coef": [a, b], "n"}: reward.py, eval_rm.py
                           serve r - (a + b log L), L the response's tokens (calibrate.py)
     reward_normalization  {"mean", "std", "n", "calibrated"} of the served rewards on held-out
@@ -53,7 +56,7 @@ from model import Transformer
 from nanorm.base.checkpoints import Checkpoint, finite, load, plain_file_name
 from nanorm.base.command import UsageError, atomic_write
 from nanorm.base.runtime import Diverged, all_reduce_sum
-from reward import LMRegularizedRewardModel, RewardModel
+from reward import SCORINGS, ImplicitReward, LMRegularizedRewardModel, RewardModel
 
 
 # ----------------------------------------------------------------------------- writing
@@ -78,6 +81,9 @@ def save_checkpoint(
     if isinstance(rm, Transformer):  # a policy: its backbone alone, in the same layout
         ckpt = {"kind": kind, "config": asdict(rm.config)}
         ckpt["model"] = {f"backbone.{k}": v for k, v in rm.state_dict().items()}
+    elif isinstance(rm, ImplicitReward):  # DPO's policy ("backbone.*") and its reference
+        ckpt = {"kind": kind, "config": asdict(rm.backbone.config), "model": rm.state_dict()}
+        ckpt["implicit_reward"] = {"beta": rm.beta, "scoring": rm.scoring}
     else:
         ckpt = {"kind": kind, "config": asdict(rm.backbone.config)}
         ckpt["model"] = rm.state_dict() if model_state is None else model_state
@@ -368,12 +374,16 @@ def check_record(record, path, fields=SCORING_FIELDS):
 def load_reward_model(source):
     """(model, its ckpt.pt dict) for our checkpoint, of the class its kind names (or scores as:
     SCORED_AS); (a RewardModel, None) for any foreign file, whose head is new unless the file
-    has one (an HF classifier's `score`, ColossalChat's value_head). source: a path, or the
+    has one (an HF classifier's `score`, ColossalChat's value_head); a DPO policy's ckpt.pt
+    (kind ImplicitReward) is its implicit reward (implicit_reward). source: a path, or the
     checkpoints.Checkpoint that load(path) returned (the file is not read again). What
     eval_rm.py, nanorm.score and nanorm.rl read."""
     c = source if isinstance(source, Checkpoint) else load(source)
     kinds = {"RewardModel": RewardModel, "LMRegularizedRewardModel": LMRegularizedRewardModel}
     kind = SCORED_AS.get(c.kind, c.kind or "RewardModel")
+    if kind == "ImplicitReward":  # a DPO policy: no head, its reference beside it
+        check_record(c.record, c.path)
+        return implicit_reward(c).eval(), c.record
     if kind == "SubsetExpertsRewardModel":  # --subset_experts' model, read where it is met
         from nanorm.subset_experts import SubsetExpertsRewardModel
 
@@ -385,6 +395,35 @@ def load_reward_model(source):
     # at a time; the heads it did not have are new
     model = kinds[kind](pretrained=c)  # heads that do not fit: one UsageError naming them
     return model.eval(), (c.record if c.kind else None)
+
+
+def implicit_reward(c):
+    """The ImplicitReward of a ckpt.pt of that kind (a Checkpoint read): the policy is its
+    backbone, the reference a Transformer of the same shape from its "reference.*" tensors,
+    beta and the scoring from its implicit_reward. A tensor missing, extra or of another shape
+    is one line naming the file."""
+    spec = c.record.get("implicit_reward")
+    ok = isinstance(spec, dict) and spec.get("scoring") in SCORINGS
+    beta = spec.get("beta") if ok else None
+    if not (type(beta) in (int, float) and math.isfinite(beta) and beta > 0):
+        raise UsageError(
+            f"{c.path}: its implicit_reward is {_shown(spec)}, not {{beta > 0, scoring in "
+            f"{SCORINGS}}}: {DAMAGED}"
+        )
+    state = {k.removeprefix("reference."): v for k, v in c.heads.items()}
+    if len(state) != len(c.heads):  # a tensor that is neither the policy's nor the reference's
+        other = sorted(k for k in c.heads if not k.startswith("reference."))
+        raise UsageError(f"{c.path}: tensor {other[0]} has no place in an ImplicitReward")
+    reference = Transformer(c.backbone.config)
+    try:
+        reference.load_state_dict(state)
+    except RuntimeError as e:
+        why = " ".join(str(e).split())[:200]
+        raise UsageError(
+            f"{c.path}: its reference does not fit its policy ({why}): {DAMAGED}"
+        ) from None
+    reference.to(c.backbone.tok_embeddings.weight.dtype)
+    return ImplicitReward(c.backbone, reference, beta, spec["scoring"])
 
 
 # ----------------------------------------------------------------------------- the tokenizer

@@ -145,6 +145,23 @@ def unmasked_penalty(logp, ref, mask, score, kl_coef):
     return (-kl_coef * (logp - ref)).scatter_add(1, last, score[:, None])
 
 
+# ex11: DPO's loss with one thing wrong each
+def dpo_without_reference(c, r, ref_c, ref_r, beta):
+    return -F.logsigmoid(beta * (c - r)).mean()
+
+
+def dpo_swapped(c, r, ref_c, ref_r, beta):
+    return -F.logsigmoid(beta * ((r - ref_r) - (c - ref_c))).mean()
+
+
+def dpo_without_beta(c, r, ref_c, ref_r, beta):
+    return -F.logsigmoid((c - ref_c) - (r - ref_r)).mean()
+
+
+def dpo_log_of_sigmoid(c, r, ref_c, ref_r, beta):
+    return -torch.log(torch.sigmoid(beta * ((c - ref_c) - (r - ref_r)))).mean()
+
+
 # the ex9 mistakes below are built on the solution's helpers (extract, number), copied into
 # each mistake's file
 SOLUTION_9 = (EX / "solutions" / "ex9_gsm8k_reward.py").read_text() + (
@@ -213,6 +230,10 @@ LM = (_pooled, _lm_term)  # the helpers the ex7 mistakes call
         ("ex9", [as_strings, SOLUTION_9], "commas separate thousands"),
         ("ex10", [score_at_last_column], "not the last column"),
         ("ex10", [unmasked_penalty], "mask the penalty"),
+        ("ex11", [dpo_without_reference], "left out the reference"),
+        ("ex11", [dpo_swapped], "swapped"),
+        ("ex11", [dpo_without_beta], "left out beta"),
+        ("ex11", [dpo_log_of_sigmoid], "logsigmoid"),
     ],
 )
 def test_checker_hints_at_the_mistake(tmp_path, name, parts, hint):

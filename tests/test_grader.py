@@ -44,6 +44,7 @@ SIGNATURES = {
     "ex4_gae": "gae(rewards, values, mask, gamma=1.0, lam=0.95)",
     "ex9_gsm8k_reward": "gsm8k_reward(response, gt_answer)",
     "ex10_kl_penalty": "kl_penalty_rewards(logp, ref_logp, response_mask, score, kl_coef)",
+    "ex11_dpo_loss": "dpo_loss(logp_chosen, logp_rejected, ref_c, ref_r, beta)",
 }
 ATTACKS = {
     f"1. the caller's frame, {name}": (name, FRAME.format(signature=s), "no expected value")

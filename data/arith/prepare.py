@@ -3,11 +3,16 @@ The built-in default dataset: arithmetic preference pairs, labelled by verifiabl
 
     python data/arith/prepare.py                 # writes data/arith/{tok.model,train.npz,val.npz,meta.json}
     python data/arith/prepare.py --n_train 20000 --max_operand 99
+    python data/arith/prepare.py --out_dir out/mul --ops "*" --tokenizer data/arith/tok.model
 
 Each prompt asks for a sum or difference of two one-digit numbers; the chosen response states
 the right result and the rejected one a close wrong result (off by 1 or 2, or by 10, or with two
 digits swapped), in the same phrasing. Val pairs never occur in train (the facts do: 200 of them). The labels come from verifiable.gsm8k_reward, never from how the
 text was built, and every pair is checked: chosen scores 1, rejected 0.
+
+--max_operand, --ops and --tokenizer (the built-in's, so a model trained on it reads the
+new pairs) make held-out sets away from the training distribution: longer numbers, an
+operator never seen (bench/dpo scores reward models on both).
 
 Why this data: a reward model can only learn it by reading the numbers and doing the arithmetic.
 Chosen and rejected have the same words and almost always the same length, so surface cues do not
@@ -31,6 +36,7 @@ from nanorm.base.command import Outputs, UsageError, atomic_write, opt, parse_co
 from verifiable import gsm8k_reward
 
 QUESTIONS = ["What is {a} {op} {b}?", "Compute {a} {op} {b}.", "{a} {op} {b} = ?"]
+OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
 ANSWERS = ["The answer is {x}.", "{a} {op} {b} = \\boxed{{{x}}}", "#### {x}"]
 
 
@@ -48,10 +54,10 @@ def close_wrong(x, rng):
             return y
 
 
-def make_pair(rng, max_operand):
+def make_pair(rng, max_operand, ops="+-"):
     a, b = rng.randint(0, max_operand), rng.randint(0, max_operand)
-    op = rng.choice(["+", "-"])
-    x = a + b if op == "+" else a - b
+    op = rng.choice(list(ops))
+    x = OPS[op](a, b)
     q, t = rng.choice(QUESTIONS), rng.choice(ANSWERS)
     right = t.format(a=a, b=b, op=op, x=x)
     wrong = t.format(a=a, b=b, op=op, x=close_wrong(x, rng))
@@ -71,6 +77,12 @@ class ArithConfig:
     n_train: int = opt(20000, "training pairs", at_least(1))
     n_val: int = opt(1000, "held-out pairs", at_least(1))
     max_operand: int = opt(9, "operands from 0 to this", at_least(1))
+    ops: str = opt(
+        "+-",
+        "the operators asked, from + - *",
+        (lambda v: bool(v) and set(v) <= set(OPS), "one or more of + - *"),
+    )
+    tokenizer: str = opt("", "an existing tok.model to encode with (default: train one)")
     vocab_size: int = opt(
         320, "of the SentencePiece vocabulary (256 bytes + 3 at least)", at_least(259)
     )
@@ -84,13 +96,15 @@ COMMAND, FILES = "data/arith/prepare.py", ["tok.model", "train.npz", "val.npz", 
 def main(argv=None):
     args = parse_config(ArithConfig, argv, description=__doc__)
 
+    if args.tokenizer and not os.path.isfile(args.tokenizer):
+        raise UsageError(f"--tokenizer {args.tokenizer} not found: give a tok.model")
     rng = random.Random(args.seed)
-    val = [make_pair(rng, args.max_operand) for _ in range(args.n_val)]
+    val = [make_pair(rng, args.max_operand, args.ops) for _ in range(args.n_val)]
     # held-out means unseen: no val pair (prompt, chosen, rejected) ever appears in train. The
     # arithmetic facts themselves do recur: the model is tested on new pairs over known facts.
     seen, train, misses = {tuple(p.values()) for p in val}, [], 0
     while len(train) < args.n_train:
-        p = make_pair(rng, args.max_operand)
+        p = make_pair(rng, args.max_operand, args.ops)
         if tuple(p.values()) not in seen:
             train.append(p)
         elif (misses := misses + 1) > 100 * args.n_train:  # val holds (nearly) every pair
@@ -105,8 +119,9 @@ def main(argv=None):
     Outputs(args.out_dir, COMMAND, FILES, "--out_dir", earlier=folder_is_ours).claim()
     texts = (p[k] for p in pairs for k in ("prompt", "chosen", "rejected"))
     try:
-        tok_path = os.path.join(args.out_dir, "tok.model")
-        tok_path = train_sentencepiece(texts, tok_path, args.vocab_size)
+        tok_path = args.tokenizer or os.path.join(args.out_dir, "tok.model")
+        if not args.tokenizer:
+            tok_path = train_sentencepiece(texts, tok_path, args.vocab_size)
     except RuntimeError as e:  # e.g. "Vocabulary size is smaller than required_chars."
         raise UsageError(f"--vocab_size {args.vocab_size}: {str(e).rsplit('] ', 1)[-1]}") from None
     tok = SentencePieceTokenizer(tok_path)
@@ -132,7 +147,8 @@ def main(argv=None):
     }
     with atomic_write(os.path.join(args.out_dir, "meta.json"), "w") as f:
         json.dump(meta, f, indent=1)
-    print(f"wrote {tok_path} (vocab {tok.vocab_size}) and meta.json")
+    tok_said = f"encoded with {tok_path}" if args.tokenizer else f"wrote {tok_path}"
+    print(f"{tok_said} (vocab {tok.vocab_size}) and meta.json")
     print(f"example: {pairs[0]}")
     for split in splits:
         print(f"{split}: 'longer response wins' baseline accuracy {longer[split]:.3f}")

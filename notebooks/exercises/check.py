@@ -236,6 +236,7 @@ REFERENCES = {
     "extract_gsm8k": "verifiable",
     "answers_match": "verifiable",
     "kl_penalty_rewards": "critic",
+    "dpo_loss": "reward",
     "parse_args": "nanorm.rl",  # the RL loop's command line: its gamma, lam, kl_coef, clip_eps
 }
 
@@ -2120,6 +2121,98 @@ def check_kl_penalty(solution):
     return len(cases)
 
 
+# ----------------------------------------------------------------------------- ex11: DPO's loss
+def _dpo_case(rng, g, B, beta, spread=3.0, what=None):
+    logp = [-spread * torch.rand(B, generator=g) * rng.uniform(1, 20) for _ in range(4)]
+    return Case(what or f"{B} pairs, beta {beta:.4g}", *logp, beta, grad=(0, 1))
+
+
+def _dpo_cases(rng, g):
+    ex = [torch.tensor([v]) for v in (-1.0, -3.0, -1.5, -2.0)]
+    yield Case("the docstring's example", *ex, 0.5, grad=(0, 1))
+    yield _dpo_case(rng, g, rng.randint(2, 8), 0.1)  # DPO's usual beta (nanorm.dpo's default)
+    for B in (1, rng.randint(2, 8), rng.randint(16, 64)):
+        yield _dpo_case(rng, g, B, rng.uniform(0.05, 2.0))
+    # stability: log-ratios hundreds of nats apart, where log(sigmoid(x)) is -inf
+    big = [torch.tensor(v) for v in ([-900.0, -1.0], [-1.0, -900.0], [-5.0, -2.0], [-2.0, -5.0])]
+    yield Case("log-ratios 900 nats apart", *big, 1.0, grad=(0, 1), tags=("stability",))
+
+
+def _dpo_variants(c, r, rc, rr, beta):
+    ref = _ref("dpo_loss")
+    return [
+        (
+            ref(c, r, torch.zeros_like(rc), torch.zeros_like(rr), beta),
+            "you left out the reference: the reward is beta * (log pi - log pi_ref), the "
+            "log-RATIO to the reference, not the policy's log-probability alone",
+        ),
+        (
+            ref(r, c, rr, rc, beta),
+            "chosen and rejected are swapped: the loss must be small when the chosen "
+            "response's log-ratio is the larger, -log sigmoid(r_chosen - r_rejected)",
+        ),
+        (
+            ref(c, r, rc, rr, 1.0),
+            "you left out beta: it multiplies the log-ratios INSIDE the sigmoid",
+        ),
+        (
+            beta * ref(c, r, rc, rr, 1.0),
+            "beta goes inside the sigmoid, on the log-ratios, not in front of the loss",
+        ),
+        (
+            ref(c, r, -rc, -rr, beta),
+            "the reference's log-probability is SUBTRACTED: log pi - log pi_ref",
+        ),
+        (-ref(c, r, rc, rr, beta), "a sign: the loss is MINUS log sigmoid(...), so it is >= 0"),
+        (
+            ref(c, r, rc, rr, beta) * c.numel(),
+            "you summed over the pairs; take the mean, as exercise 2 does",
+        ),
+    ]
+
+
+def check_dpo_loss(solution):
+    cases = list(_dpo_cases(*_draw()))
+    replies = solution.run(cases)
+    dpo_loss = _ref("dpo_loss")
+    for i, case in enumerate(cases):
+        c, r = (a.clone().requires_grad_() for a in case.args[:2])
+        rc, rr, beta = case.args[2:]
+        result = replies.got(i, case)
+        got = _tensor(result.out, "the loss")
+        want = dpo_loss(c, r, rc, rr, beta)
+        if got.dim() != 0:
+            raise Fail(f"return one number, the mean over the pairs (shape ()), got shape "
+                       f"{tuple(got.shape)}")  # fmt: skip
+        if not torch.isfinite(got):
+            raise Fail(
+                f"on {case.what} the loss should be {want.item():.4f}, yours is {got.item()}: "
+                "sigmoid(-200) is 0 in float32 and log(0) = -inf; use "
+                "torch.nn.functional.logsigmoid, as in exercise 2"
+            )
+        if not _close(got, want, rtol=1e-4):
+            with torch.no_grad():
+                hint = next(
+                    (h for v, h in _dpo_variants(c, r, rc, rr, beta) if _close(got, v)),
+                    "the loss differs: mean of -log sigmoid(beta * ((logp_chosen - "
+                    "ref_logp_chosen) - (logp_rejected - ref_logp_rejected)))",
+                )
+            raise Fail(
+                f"{hint}\n  case: {case.what}\n  logp_chosen {_show(c)}, logp_rejected "
+                f"{_show(r)}\n  ref_logp_chosen {_show(rc)}, ref_logp_rejected {_show(rr)}\n  "
+                f"expected {want.item():.6f}, got {got.item():.6f}"
+            )
+        g_want = torch.autograd.grad(want, (c, r))
+        for a, b in zip(result.gradients(), g_want, strict=True):
+            if a is None or not torch.isfinite(a).all() or not _close(a, b, rtol=1e-4):
+                raise Fail(
+                    "your loss has the right value but not the right gradient in the policy's "
+                    "log-probabilities: did you detach part of it, or compute log(sigmoid(x)) "
+                    "in two steps (its gradient is not finite where sigmoid rounds to 0)?"
+                )
+    return len(cases)
+
+
 # ----------------------------------------------------------------------------- the registry
 # name -> (function the student writes, the check, the REFERENCES whose files a copy is sought
 # in). The file is exercises/<name>.py.
@@ -2142,6 +2235,7 @@ EXERCISES = {
         ("gsm8k_reward", "extract_gsm8k", "answers_match"),
     ),
     "ex10_kl_penalty": ("kl_penalty_rewards", check_kl_penalty, ("kl_penalty_rewards",)),
+    "ex11_dpo_loss": ("dpo_loss", check_dpo_loss, ("dpo_loss",)),
 }
 
 
