@@ -3,6 +3,7 @@ factory and a tiny batch of preference pairs; the built-in arithmetic data made 
 one torch thread per pytest-xdist worker."""
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -63,6 +64,25 @@ def built_in_arith(tmp_path_factory):
         with FileLock(tmp_path_factory.getbasetemp().parent / "built_in_arith.lock"):
             built_in()  # a no-op for the worker that waited: the data is there now
     return HERE
+
+
+def made_once(tmp_path_factory, name, make):
+    """A folder that make(folder) fills once per test session, shared by the pytest-xdist
+    workers (under a lock): a module's fixture would otherwise be built on each worker that
+    runs one of its tests."""
+    from filelock import FileLock  # a dependency of torch
+
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # this session's
+    folder = root / name
+    with FileLock(root / f"{name}.lock"):
+        if not (folder / ".made").exists():
+            if folder.exists():
+                shutil.rmtree(folder)
+            folder.mkdir()
+            make(folder)
+            (folder / ".made").touch()
+    return folder
 
 
 # a model small enough for any test: two layers, grouped-query attention, an odd vocabulary

@@ -12,6 +12,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from conftest import made_once
+
 from bench.check_bpe import GGUF, hf_references, shared_texts
 from data.bpe import LLAMA3_PATTERN, compile_pattern
 from data.tokenizer import load_tokenizer, tokenizer_fingerprint
@@ -105,7 +107,8 @@ def refs(tmp_path_factory):
         pytest.skip(f"{GGUF} absent: this test needs the shared data in ../shared/data")
     pytest.importorskip("transformers", reason="the HF reference needs transformers")
     tokenizers = pytest.importorskip("tokenizers")
-    gpt2_dir, smollm_dir = hf_references(tmp_path_factory.mktemp("bpe"))
+    refs_dir = made_once(tmp_path_factory, "bpe_refs", hf_references)  # HF's export, once
+    gpt2_dir, smollm_dir = refs_dir / "hf", refs_dir / "hf_smollm"
     hf_smollm = tokenizers.Tokenizer.from_file(str(smollm_dir / "tokenizer.json"))
     hf_gpt2 = tokenizers.Tokenizer.from_file(str(gpt2_dir / "tokenizer.json"))
     ours_gguf = load_tokenizer(GGUF)

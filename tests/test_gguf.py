@@ -176,8 +176,10 @@ def smol():
 
 
 @pytest.mark.slow
-def test_smollm2_config(smol):
-    kw, ours, hf, _ = smol
+def test_smollm2_config_logits_and_greedy_match_transformers(smol):
+    """One test on the model transformers reads from the GGUF file (about 40 s to load): a
+    second would load it again on the other pytest-xdist worker."""
+    kw, ours, hf, tok = smol
     c = hf.config
     # the file holds eps as float32 (9.99999975e-06); we read back the decimal it came from
     kw = dict(kw)
@@ -194,12 +196,11 @@ def test_smollm2_config(smol):
         tie_embeddings=True,
     )
     assert ours.output.weight is ours.tok_embeddings.weight
+    with torch.no_grad():
+        logits_and_greedy_match(ours, hf, tok)
 
 
-@torch.no_grad()
-@pytest.mark.slow
-def test_smollm2_logits_and_greedy_match_transformers(smol):
-    _, ours, hf, tok = smol
+def logits_and_greedy_match(ours, hf, tok):
     for prompt in PROMPTS:
         ids = torch.tensor([tok(prompt, add_special_tokens=False)["input_ids"]])
         a, b = ours(ids), hf(ids).logits
