@@ -31,7 +31,7 @@ What ckpt.pt holds: one dict, torch.save'd, read with weights_only=True (tensors
     trainable             LoRA runs only: the adapters and head (`model` holds them merged)
     optimizer, step, rng, cuda_rng   what --resume needs to continue exactly
     lr_scheduler          the scheduler's state_dict (train_rm's is a function of the step)
-Each field is checked where it is read (check_record for scoring, resume for its own): a damaged
+Each field is checked where it is read (_check_record for scoring, resume for its own): a damaged
 one is one line naming it and the file. A field that nothing reads never refuses the file, so a
 ckpt.pt that cannot be resumed still scores.
 """
@@ -163,7 +163,7 @@ def resume(path, rm, optimizer, device, meta, load_full_state=None, same=None):
     ckpt = _ours(path, "it cannot be resumed").record  # on the CPU; loading copies it over
     if not {"optimizer", "rng", "step"} <= ckpt.keys():
         raise UsageError(f"{path} holds no optimizer state: it cannot be resumed")
-    check_record(ckpt, path, ("data_meta", "train_config"))  # what resume reads of them
+    _check_record(ckpt, path, ("data_meta", "train_config"))  # what resume reads of them
     _check_resume_fields(ckpt, path, device)  # before anything of the run is changed
     old = ckpt.get("data_meta") or {}
     for key in ("vocab_size", "tokenizer_fingerprint"):
@@ -315,7 +315,7 @@ SCORING_FIELDS = ("tokenizer", "data_meta", "train_config", "length_calibration"
 SCORING_FIELDS += ("reward_normalization",)
 
 
-def check_record(record, path, fields=SCORING_FIELDS):
+def _check_record(record, path, fields=SCORING_FIELDS):
     """The fields of a ckpt.pt (or an HF export's nanorm_reward) that scoring reads, each of
     its type, refused in one line naming it: the dataset's meta.json (vocabulary, chat layout),
     the training options eval_rm.py reads (batch size, dtype, dataset), the length calibration
@@ -375,29 +375,29 @@ def load_reward_model(source):
     """(model, its ckpt.pt dict) for our checkpoint, of the class its kind names (or scores as:
     SCORED_AS); (a RewardModel, None) for any foreign file, whose head is new unless the file
     has one (an HF classifier's `score`, ColossalChat's value_head); a DPO policy's ckpt.pt
-    (kind ImplicitReward) is its implicit reward (implicit_reward). source: a path, or the
+    (kind ImplicitReward) is its implicit reward (_implicit_reward). source: a path, or the
     checkpoints.Checkpoint that load(path) returned (the file is not read again). What
     eval_rm.py, nanorm.score and nanorm.rl read."""
     c = source if isinstance(source, Checkpoint) else load(source)
     kinds = {"RewardModel": RewardModel, "LMRegularizedRewardModel": LMRegularizedRewardModel}
     kind = SCORED_AS.get(c.kind, c.kind or "RewardModel")
     if kind == "ImplicitReward":  # a DPO policy: no head, its reference beside it
-        check_record(c.record, c.path)
-        return implicit_reward(c).eval(), c.record
+        _check_record(c.record, c.path)
+        return _implicit_reward(c).eval(), c.record
     if kind == "SubsetExpertsRewardModel":  # --subset_experts' model, read where it is met
         from nanorm.subset_experts import SubsetExpertsRewardModel
 
         kinds[kind] = SubsetExpertsRewardModel
     if kind not in kinds:
         raise UsageError(f"{c.path}: kind {c.kind!r} is not one of {list(kinds)}")
-    check_record(c.record, c.path)  # what scoring reads besides the weights
+    _check_record(c.record, c.path)  # what scoring reads besides the weights
     # load() refused weights that are not finite (a diverged run), in any format, one tensor
     # at a time; the heads it did not have are new
     model = kinds[kind](pretrained=c)  # heads that do not fit: one UsageError naming them
     return model.eval(), (c.record if c.kind else None)
 
 
-def implicit_reward(c):
+def _implicit_reward(c):
     """The ImplicitReward of a ckpt.pt of that kind (a Checkpoint read): the policy is its
     backbone, the reference a Transformer of the same shape from its "reference.*" tensors,
     beta and the scoring from its implicit_reward. A tensor missing, extra or of another shape
