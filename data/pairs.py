@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch.nn.attention.flex_attention import create_block_mask
 from torch.nn.utils.rnn import pad_sequence
 
-from nanorm.base.command import UsageError, atomic_write
+from nanorm.base.command import UsageError, atomic_write, json_object
 
 
 def encode_pair(tok, pair, max_len, fmt=None):
@@ -518,22 +518,8 @@ def epoch_order(data, seed, G, bucket, packed, balance="none"):
     return torch.randperm(len(data), generator=torch.Generator().manual_seed(seed))
 
 
-MAX_META_BYTES = 64 << 20  # a dataset's meta.json: counts per subset, kilobytes
-
-
-def looks_like_dataset(meta_path):
-    """Whether meta_path is a dataset's meta.json, as the prepare scripts write it (the keys
+def looks_like_dataset(folder):
+    """Whether folder holds a dataset's meta.json, as the prepare scripts write it (the keys
     train_rm.py reads): how a folder that an older nanoRM wrote, with no record, is told."""
-    if (
-        os.path.islink(meta_path)
-        or not os.path.isfile(meta_path)
-        or os.path.getsize(meta_path) > MAX_META_BYTES
-    ):
-        return False
-    try:
-        with open(meta_path) as f:
-            meta = json.load(f)
-    except (OSError, ValueError):
-        return False
-    keys = {"tokenizer_fingerprint", "vocab_size", "end_id"}
-    return isinstance(meta, dict) and keys <= set(meta)
+    meta = json_object(os.path.join(folder, "meta.json"))
+    return meta is not None and {"tokenizer_fingerprint", "vocab_size", "end_id"} <= set(meta)

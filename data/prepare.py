@@ -248,7 +248,7 @@ def check_out_dir(out, overwrite):
             "writes (it is not a prepared dataset): choose a new or empty --out_dir"
         )
     record = read_record(out, "--out_dir")
-    if record is None and not looks_like_dataset(os.path.join(out, "meta.json")):
+    if record is None and not looks_like_dataset(out):
         record = {}  # no record, and no dataset's meta.json: nothing there is this script's
     if record is not None:
         theirs = sorted(f for f in held if record.get(f) != COMMAND)

@@ -26,7 +26,7 @@ from matplotlib.figure import Figure
 
 import nanorm.calibrate as calibrate
 from data.pairs import length_heuristics
-from nanorm.base.command import Outputs, atomic_write
+from nanorm.base.command import Outputs, atomic_write, json_object
 from nanorm.run_dir import REPORT_FILES, plot_log, save_figure
 from reward import pearson, ranked_right
 
@@ -163,17 +163,8 @@ def report_outputs(out_dir):
 def earlier_report(folder):
     """Whether a folder without a record holds the report of an older nanoRM (which kept
     none): its eval.json is one (a JSON object with "subsets" and "overall")."""
-    path = os.path.join(folder, "eval.json")
-    if os.path.islink(path) or not os.path.isfile(path):
-        return False
-    try:
-        with open(path) as f:
-            held = json.load(f)
-    except (OSError, ValueError):
-        return False
-    return isinstance(held, dict) and all(
-        isinstance(held.get(k), dict) for k in ("subsets", "overall")
-    )
+    held = json_object(os.path.join(folder, "eval.json")) or {}
+    return all(isinstance(held.get(k), dict) for k in ("subsets", "overall"))
 
 
 def write_report(out_dir, per_subset, info=None, say=print):

@@ -1,5 +1,5 @@
 """Shared test helpers: where the shared data lives, a skip when it is absent, one tiny model
-factory and a tiny batch of preference pairs; the built-in arithmetic data made once per session;
+factory and a tiny batch of preference pairs; the built-in arithmetic data made once per pytest run;
 one torch thread per pytest-xdist worker."""
 
 import os
@@ -67,7 +67,7 @@ def built_in_arith(tmp_path_factory):
 
 
 def made_once(tmp_path_factory, name, make):
-    """A folder that make(folder) fills once per test session, shared by the pytest-xdist
+    """A folder that make(folder) fills once per pytest run, shared by the pytest-xdist
     workers (under a lock): a module's fixture would otherwise be built on each worker that
     runs one of its tests."""
     from filelock import FileLock  # a dependency of torch

@@ -134,8 +134,8 @@ def figure(runs, path):
     for a in ax:
         a.legend(fontsize=7)
     fig.suptitle(
-        f"mean over seeds of {SMOOTH}-step moving averages (the KL's too); band: ± one standard "
-        "deviation over the seeds; x of the sqrt(KL) panels: the seeds' mean KL at each step",
+        f"mean over random seeds of {SMOOTH}-step moving averages (the KL's too); band: ± one standard "
+        "deviation over the runs; x of the sqrt(KL) panels: the runs' mean KL at each step",
         fontsize=8,
     )
     fig.tight_layout()

@@ -115,9 +115,8 @@ def main(argv=None):
     pairs = train + val
     # before anything is written: a file of these names that this script did not write (the
     # folder's record, .nanorm, says), or a link, is refused, never replaced
-    folder_is_ours = lambda d: looks_like_dataset(os.path.join(d, "meta.json"))  # noqa: E731
     names = [f for f in FILES if not (args.tokenizer and f == "tok.model")]  # an input then
-    Outputs(args.out_dir, COMMAND, names, "--out_dir", earlier=folder_is_ours).claim()
+    Outputs(args.out_dir, COMMAND, names, "--out_dir", earlier=looks_like_dataset).claim()
     texts = (p[k] for p in pairs for k in ("prompt", "chosen", "rejected"))
     try:
         tok_path = args.tokenizer or os.path.join(args.out_dir, "tok.model")

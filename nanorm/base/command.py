@@ -287,21 +287,29 @@ def read_record(folder, flag):
     path = os.path.join(folder, MARKER)
     if not os.path.lexists(path):
         return None
-    try:
-        if os.path.islink(path) or not os.path.isfile(path):
-            raise ValueError("not a regular file")
-        if os.path.getsize(path) > MAX_RECORD_BYTES:
-            raise ValueError("too large")
-        with open(path) as f:
-            files = json.load(f)["files"]
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
-            raise ValueError("not names")
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    files = (json_object(path, MAX_RECORD_BYTES) or {}).get("files")
+    if not isinstance(files, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in files.items()
+    ):
         raise UsageError(
             f"{path} is not nanoRM's record of the files it wrote: remove it, or choose "
             f"another {flag}"
-        ) from None
+        )
     return files
+
+
+def json_object(path, max_bytes=64 << 20):
+    """The JSON object in path, or None where path is not a plain file (absent, a link, a
+    folder), holds over max_bytes (checked before it is read), or is not a JSON object: how a
+    command tells whether a file in an output folder is one nanoRM wrote."""
+    try:
+        if os.path.islink(path) or not os.path.isfile(path) or os.path.getsize(path) > max_bytes:
+            return None
+        with open(path) as f:
+            held = json.load(f)
+    except (OSError, ValueError, RecursionError):
+        return None
+    return held if isinstance(held, dict) else None
 
 
 class Outputs:
