@@ -11,6 +11,9 @@ A library: score.py is its command line (score a response, export to Hugging Fac
     loss = pairwise_loss("logsig", r_c, r_r, margin=None, center_coef=0.0)   # the function
     ir = ImplicitReward(policy, reference, beta=0.1, scoring="sum")  # DPO's reward of a policy
     r = ir(input_ids, attention_mask, response_mask)   # (B,); ir.loss(...) is DPO's loss
+    prm = ProcessRewardModel(backbone)                 # a reward per step: step_scores(...)
+    judge = GenerativeJudge(policy, yes_id, no_id)     # p("Yes") to a question, as the reward
+    ens = RewardEnsemble([rm1, rm2, rm3], rule="min")  # K models, one conservative reward
 
 Pooling. The reward is the head applied to the hidden state of the last real token (the EOS that
 data/pairs.py appends), found from the attention mask, never from a pad id: when pad == eos
@@ -631,3 +634,123 @@ class LMRegularizedRewardModel(RewardModel):
 
     def loss_packed(self, *args, **kwargs):
         raise ValueError("the LM term reads every response token: packed rows are for --lm_coef 0")
+
+
+# ----------------------------------------------------------------------------- beyond one score
+class ProcessRewardModel(RewardModel):
+    """A reward per reasoning step (Lightman et al. 2023, "Let's verify step by step"): the same
+    backbone and head, read at the last token of every step instead of the response's last.
+    Each step's score is a logit: sigmoid(score) is the probability that the solution is still
+    right after this step (Math-Shepherd's label: could a completion from here reach the right
+    answer?). Trained with binary cross-entropy on step labels, hard (0/1) or soft (the share
+    of rollouts from the step that reached the answer); a solution's reward is its steps'
+    minimum or product (solution_reward)."""
+
+    def step_scores(self, input_ids, attention_mask, step_ends):
+        """(B, S) logits at step_ends (B, S), each step's last token; -1 marks no step (rows
+        with fewer steps). One backbone call: the last layer runs at those columns alone."""
+        h = self.backbone.hidden_states(input_ids, attention_mask, at=step_ends.clamp(min=0))
+        return self.score(h)  # (B, S)
+
+    def loss(self, input_ids, attention_mask, step_ends, labels):
+        """(mean BCE over the real steps, stats). labels (B, S) in [0, 1]."""
+        logits, real = self.step_scores(input_ids, attention_mask, step_ends), step_ends >= 0
+        loss = F.binary_cross_entropy_with_logits(logits[real], labels[real].float())
+        hits = ((logits[real] > 0) == (labels[real] > 0.5)).float().mean()
+        return loss, {"loss": loss.detach(), "step_accuracy": hits}
+
+
+def solution_reward(step_probs, steps, how="min"):
+    """(B,) one reward per solution from its steps' probabilities of being right (B, S), where
+    `steps` (B, S) marks the real ones. min: a chain is as good as its weakest step (what
+    Lightman et al. and Math-Shepherd select by); prod: the probability that every step is
+    right, if they were independent (it favours fewer steps). A padded step counts as 1."""
+    p = step_probs.masked_fill(~steps.bool(), 1.0)
+    if how == "min":
+        return p.min(dim=1).values
+    if how == "prod":
+        return p.prod(dim=1)
+    raise ValueError(f"how must be 'min' or 'prod', got {how!r}")
+
+
+class GenerativeJudge(nn.Module):
+    """An LM used as a reward model by asking it (Zhang et al. 2024, generative verifiers): the
+    row ends with a question ("Is the answer correct?"), and the reward is the probability the
+    LM gives the token that starts "Yes" next, read from its own LM head: no new head, so what
+    the policy knows about the answers is used as it is. Fine-tuned with the next-token loss on
+    that one position, the "Yes" token for a right answer and the "No" token for a wrong one."""
+
+    def __init__(self, policy, yes_id, no_id):
+        super().__init__()
+        self.backbone, self.yes_id, self.no_id = policy, int(yes_id), int(no_id)
+
+    def next_logits(self, input_ids, attention_mask=None):
+        """(B, vocab) logits of the token after each row's last real token."""
+        B, T = input_ids.shape
+        last = (
+            torch.full((B,), T - 1) if attention_mask is None else last_real_index(attention_mask)
+        )
+        h = self.backbone.hidden_states(
+            input_ids, attention_mask, at=last[:, None].to(input_ids.device)
+        )
+        return self.backbone.output(h[:, 0]).float()
+
+    def forward(self, input_ids, attention_mask=None, **kwargs):
+        """Rewards (B,) in [0, 1]: p("Yes" | the row)."""
+        return self.next_logits(input_ids, attention_mask).softmax(-1)[:, self.yes_id]
+
+    def loss(self, input_ids, attention_mask, labels):
+        """(cross-entropy of "Yes" for labels 1 and "No" for labels 0 (B,), stats)."""
+        logits = self.next_logits(input_ids, attention_mask)
+        target = torch.where(labels.bool(), self.yes_id, self.no_id).to(input_ids.device)
+        loss = F.cross_entropy(logits, target)
+        says_yes = logits[:, self.yes_id] > logits[:, self.no_id]
+        return loss, {"loss": loss.detach(), "accuracy": (says_yes == labels.bool()).float().mean()}
+
+
+ENSEMBLE_RULES = ("mean", "min", "mean_minus_std")
+
+
+def conservative_reward(rewards, rule="mean", lam=1.0):
+    """(B,) one reward from K models' rewards (K, B) (Coste et al. 2023, reward model ensembles
+    against over-optimization): their mean; their minimum (worst case); or mean - lam * std
+    (uncertainty-weighted: a response the members disagree on is trusted less). A policy that
+    finds a flaw in one member gains little, since the others do not share it."""
+    if rule == "mean":
+        return rewards.mean(0)
+    if rule == "min":
+        return rewards.min(0).values
+    if rule == "mean_minus_std":
+        return rewards.mean(0) - lam * rewards.std(0, unbiased=False)
+    raise ValueError(f"rule must be one of {ENSEMBLE_RULES}, got {rule!r}")
+
+
+class RewardEnsemble(nn.Module):
+    """K reward models scored as one by conservative_reward. Members trained apart give rewards
+    on different scales, so each is standardised first (reward - shift) / scale, with shift and
+    scale (K,) its mean and std on the reference policy's answers (standardise())."""
+
+    def __init__(self, models, rule="mean", lam=1.0):
+        super().__init__()
+        if rule not in ENSEMBLE_RULES:
+            raise ValueError(f"rule must be one of {ENSEMBLE_RULES}, got {rule!r}")
+        self.members, self.rule, self.lam = nn.ModuleList(models), rule, float(lam)
+        self.register_buffer("shift", torch.zeros(len(models)))
+        self.register_buffer("scale", torch.ones(len(models)))
+
+    def member_rewards(self, input_ids, attention_mask=None, **kwargs):
+        """(K, B) each member's standardised rewards."""
+        r = torch.stack([m(input_ids, attention_mask, **kwargs) for m in self.members])
+        return (r - self.shift[:, None]) / self.scale[:, None]
+
+    def standardise(self, input_ids, attention_mask=None, **kwargs):
+        """Set shift and scale from the members' raw rewards on these rows."""
+        self.shift.zero_(), self.scale.fill_(1.0)
+        r = self.member_rewards(input_ids, attention_mask, **kwargs)
+        self.shift.copy_(r.mean(1)), self.scale.copy_(r.std(1).clamp(min=1e-6))
+
+    def forward(self, input_ids, attention_mask=None, **kwargs):
+        """Rewards (B,) by self.rule."""
+        return conservative_reward(
+            self.member_rewards(input_ids, attention_mask, **kwargs), self.rule, self.lam
+        )
