@@ -649,7 +649,12 @@ class ProcessRewardModel(RewardModel):
     def step_scores(self, input_ids, attention_mask, step_ends):
         """(B, S) logits at step_ends (B, S), each step's last token; -1 marks no step (rows
         with fewer steps). One backbone call: the last layer runs at those columns alone."""
-        h = self.backbone.hidden_states(input_ids, attention_mask, at=step_ends.clamp(min=0))
+        B, T = input_ids.shape
+        last = (
+            torch.full((B,), T - 1) if attention_mask is None else last_real_index(attention_mask)
+        )
+        at = torch.where(step_ends >= 0, step_ends, last[:, None])  # a real column for no step
+        h = self.backbone.hidden_states(input_ids, attention_mask, at=at)
         return self.score(h)  # (B, S)
 
     def loss(self, input_ids, attention_mask, step_ends, labels):

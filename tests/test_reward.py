@@ -414,3 +414,123 @@ def test_command_line(tmp_path, capsys):
     # accuracy on a pairs file is eval_rm.py's alone: score.py says where it went
     with pytest.raises(UsageError, match="python eval_rm.py --ckpt"):
         main(["--ckpt", str(ckpt), "--pairs", str(tmp_path / "pairs.jsonl")])
+
+
+# ----------------------------------------------------------------------------- a reward per step,
+# a judge, an ensemble: each against a slow plain computation
+STEP_ROWS = [[1, 5, 9, 11, 12, 13, 2], [1, 7, 14, 2], [1, 5, 20, 21, 22, 23, 24, 25, 2]]
+STEP_ENDS = [[3, 5, 6], [2, 3, -1], [4, -1, -1]]  # each row's steps' last tokens; -1: none
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_process_reward_is_the_head_at_each_step_end(side):
+    prm = tiny_model(reward.ProcessRewardModel)
+    tokens, mask = pad(STEP_ROWS, side)
+    shift = (tokens.size(1) - mask.sum(1)) if side == "left" else torch.zeros(3, dtype=torch.long)
+    ends = torch.tensor(STEP_ENDS)
+    ends = torch.where(ends >= 0, ends + shift[:, None], ends)
+    got = prm.step_scores(tokens, mask, ends)
+    for b, row in enumerate(STEP_ROWS):  # each row alone, unpadded, every state computed
+        h = prm.backbone.hidden_states(torch.tensor([row]))[0]
+        for s, t in enumerate(STEP_ENDS[b]):
+            if t >= 0:
+                want = h[t] @ prm.head.weight[0] + prm.head.bias[0]
+                assert math.isclose(got[b, s], want, rel_tol=1e-5, abs_tol=1e-5), (b, s)
+
+
+def test_process_reward_loss_is_bce_over_the_real_steps_alone():
+    prm = tiny_model(reward.ProcessRewardModel)
+    tokens, mask = pad(STEP_ROWS)
+    ends = torch.tensor(STEP_ENDS)
+    labels = torch.tensor([[1.0, 0.75, 0.0], [1.0, 0.0, 0.3], [0.0, 1.0, 1.0]])
+    loss, stats = prm.loss(tokens, mask, ends, labels)
+    logits = prm.step_scores(tokens, mask, ends)
+    sig = lambda x: 1 / (1 + math.exp(-x))
+    flat = zip(logits.flatten().tolist(), labels.flatten().tolist(), ends.flatten(), strict=True)
+    terms = [-(y * math.log(sig(x)) + (1 - y) * math.log(1 - sig(x))) for x, y, t in flat if t >= 0]
+    assert len(terms) == 6
+    assert math.isclose(loss.item(), sum(terms) / len(terms), rel_tol=1e-5)
+    other = labels.clone()
+    other[ends < 0] = 1 - other[ends < 0]  # the padded steps' labels are not read
+    assert torch.equal(prm.loss(tokens, mask, ends, other)[0], loss)
+    right = ((logits > 0) == (labels > 0.5))[ends >= 0].float().mean()
+    assert stats["step_accuracy"] == right
+
+
+def test_solution_reward_is_the_weakest_step_or_the_product():
+    g = torch.Generator().manual_seed(0)
+    p = torch.rand(5, 4, generator=g)
+    steps = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]])
+    for how, fold in (("min", min), ("prod", math.prod)):
+        got = reward.solution_reward(p, steps, how)
+        for b in range(5):
+            real = [p[b, s].item() for s in range(4) if steps[b, s]]
+            assert math.isclose(got[b].item(), fold(real), rel_tol=1e-6), (how, b)
+    with pytest.raises(ValueError, match="min"):
+        reward.solution_reward(p, steps, "max")
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_generative_judge_is_p_yes_from_the_lm_head(side):
+    judge = reward.GenerativeJudge(tiny_model(), yes_id=5, no_id=7)
+    tokens, mask = pad(STEP_ROWS, side)
+    got = judge(tokens, mask)
+    for b, row in enumerate(STEP_ROWS):
+        logits = judge.backbone(torch.tensor([row]))[0, -1]  # the full forward, row alone
+        want = torch.softmax(logits.double(), -1)[5].item()
+        assert math.isclose(got[b].item(), want, rel_tol=1e-4), b
+    labels = torch.tensor([1, 0, 1])
+    loss, stats = judge.loss(tokens, mask, labels)
+    logits = judge.next_logits(tokens, mask)
+    want = (
+        -sum(torch.log_softmax(logits[b], -1)[5 if y else 7] for b, y in enumerate(labels.tolist()))
+        / 3
+    )
+    assert math.isclose(loss.item(), want.item(), rel_tol=1e-5)
+    says = (logits[:, 5] > logits[:, 7]).long()
+    assert stats["accuracy"] == (says == labels).float().mean()
+
+
+def test_a_few_judge_steps_say_yes_to_the_right_rows():
+    judge = reward.GenerativeJudge(tiny_model(), yes_id=5, no_id=7).train()
+    tokens, mask = pad(STEP_ROWS)
+    labels = torch.tensor([1, 0, 1])
+    opt = torch.optim.AdamW(judge.parameters(), lr=1e-2)
+    for _ in range(20):
+        loss, _ = judge.loss(tokens, mask, labels)
+        opt.zero_grad(), loss.backward(), opt.step()
+    p = judge.eval()(tokens, mask)
+    assert p[0] > 0.5 and p[2] > 0.5 and p[1] < 0.1, p
+
+
+def test_conservative_reward_rules_are_plain_statistics():
+    g = torch.Generator().manual_seed(1)
+    r = torch.randn(5, 6, generator=g) * 3
+    for b in range(6):
+        col = r[:, b].tolist()
+        mean = sum(col) / 5
+        std = math.sqrt(sum((x - mean) ** 2 for x in col) / 5)  # the members' own spread
+        want = {"mean": mean, "min": min(col), "mean_minus_std": mean - 0.5 * std}
+        for rule, w in want.items():
+            got = reward.conservative_reward(r, rule, lam=0.5)[b].item()
+            assert math.isclose(got, w, rel_tol=1e-5, abs_tol=1e-6), (rule, b)
+    with pytest.raises(ValueError, match="rule"):
+        reward.conservative_reward(r, "median")
+    with pytest.raises(ValueError, match="rule"):
+        reward.RewardEnsemble([tiny_model(RewardModel)], rule="max")
+
+
+def test_an_ensemble_standardises_its_members_then_applies_its_rule():
+    members = [tiny_model(RewardModel, seed=s) for s in range(3)]
+    tokens, mask = pad(STEP_ROWS + [[1, 9, 9, 2], [1, 2]])
+    raw = torch.stack([m(tokens, mask) for m in members])  # (3, 5)
+    ens = reward.RewardEnsemble(members, rule="min")
+    with torch.no_grad():
+        ens.standardise(tokens, mask)
+        z = ens.member_rewards(tokens, mask)
+        want = (raw - raw.mean(1, keepdim=True)) / raw.std(1, keepdim=True)
+        assert torch.allclose(z, want, atol=1e-5)
+        assert torch.allclose(ens(tokens, mask), want.min(0).values, atol=1e-5)
+        same = reward.RewardEnsemble([members[0]] * 3, rule="mean_minus_std", lam=2.0)
+        same.standardise(tokens, mask)  # K copies of one model: no spread, the model itself
+        assert torch.allclose(same(tokens, mask), want[0], atol=1e-5)
