@@ -162,6 +162,60 @@ def dpo_log_of_sigmoid(c, r, ref_c, ref_r, beta):
     return -torch.log(torch.sigmoid(beta * ((c - ref_c) - (r - ref_r)))).mean()
 
 
+# ex12: a PRM's best-of-N with one thing wrong each
+def prm_counts_padding(p, steps, how):
+    return (p.min(-1).values if how == "min" else p.prod(-1)).argmax(-1)
+
+
+def prm_keeps_the_worst(p, steps, how):
+    p = torch.where(steps.bool(), p, torch.ones_like(p))
+    return (p.min(-1).values if how == "min" else p.prod(-1)).argmin(-1)
+
+
+def prm_last_step(p, steps, how):
+    last = steps.long().cumsum(-1).argmax(-1, keepdim=True)
+    return p.gather(-1, last).squeeze(-1).argmax(-1)
+
+
+def prm_keeps_the_last_of_equals(p, steps, how):
+    p = torch.where(steps.bool(), p, torch.ones_like(p))
+    r = (p.min(-1).values if how == "min" else p.prod(-1)).flip(-1)
+    return r.size(-1) - 1 - r.argmax(-1)
+
+
+# ex13: an ensemble's conservative reward with one thing wrong each
+def ensemble_unbiased_std(r, rule, lam):
+    if rule == "mean":
+        return r.mean(0)
+    if rule == "min":
+        return r.min(0).values
+    return r.mean(0) - lam * r.std(0)
+
+
+def ensemble_plus_std(r, rule, lam):
+    if rule == "mean":
+        return r.mean(0)
+    if rule == "min":
+        return r.min(0).values
+    return r.mean(0) + lam * r.std(0, unbiased=False)
+
+
+def ensemble_over_responses(r, rule, lam):
+    if rule == "mean":
+        return r.mean(0)
+    if rule == "min":
+        return r.min(1).values
+    return r.mean(0) - lam * r.std(0, unbiased=False)
+
+
+def ensemble_detached(r, rule, lam):
+    if rule == "mean":
+        return r.mean(0).detach()
+    if rule == "min":
+        return r.min(0).values.detach()
+    return (r.mean(0) - lam * r.std(0, unbiased=False)).detach()
+
+
 # the ex9 mistakes below are built on the solution's helpers (extract, number), copied into
 # each mistake's file
 SOLUTION_9 = (EX / "solutions" / "ex9_gsm8k_reward.py").read_text() + (
@@ -234,6 +288,14 @@ LM = (_pooled, _lm_term)  # the helpers the ex7 mistakes call
         ("ex11", [dpo_swapped], "swapped"),
         ("ex11", [dpo_without_beta], "left out beta"),
         ("ex11", [dpo_log_of_sigmoid], "logsigmoid"),
+        ("ex12", [prm_counts_padding], "past a solution's end"),
+        ("ex12", [prm_keeps_the_worst], "WORST"),
+        ("ex12", [prm_last_step], "last step alone"),
+        ("ex12", [prm_keeps_the_last_of_equals], "keep the FIRST"),
+        ("ex13", [ensemble_unbiased_std], "divide by K"),
+        ("ex13", [ensemble_plus_std], "a sign"),
+        ("ex13", [ensemble_over_responses], "over the members"),
+        ("ex13", [ensemble_detached], "no gradient flows"),
     ],
 )
 def test_checker_hints_at_the_mistake(tmp_path, name, parts, hint):

@@ -45,6 +45,8 @@ SIGNATURES = {
     "ex9_gsm8k_reward": "gsm8k_reward(response, gt_answer)",
     "ex10_kl_penalty": "kl_penalty_rewards(logp, ref_logp, response_mask, score, kl_coef)",
     "ex11_dpo_loss": "dpo_loss(logp_chosen, logp_rejected, ref_c, ref_r, beta)",
+    "ex12_prm_best_of_n": "select_best(step_probs, steps, how)",
+    "ex13_conservative_reward": "conservative_reward(rewards, rule, lam)",
 }
 ATTACKS = {
     f"1. the caller's frame, {name}": (name, FRAME.format(signature=s), "no expected value")

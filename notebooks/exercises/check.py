@@ -237,6 +237,8 @@ REFERENCES = {
     "answers_match": "verifiable",
     "kl_penalty_rewards": "critic",
     "dpo_loss": "reward",
+    "solution_reward": "reward",
+    "conservative_reward": "reward",
     "parse_args": "nanorm.rl",  # the RL loop's command line: its gamma, lam, kl_coef, clip_eps
 }
 
@@ -2213,6 +2215,166 @@ def check_dpo_loss(solution):
     return len(cases)
 
 
+# ----------------------------------------------------------------------------- ex12: a PRM's best-of-N
+def _prm_case(rng, g, Q, N, S, what, ties=False):
+    p = torch.rand(Q, N, S, generator=g)
+    lengths = torch.randint(1, S + 1, (Q, N), generator=g)
+    steps = (torch.arange(S) < lengths[..., None]).long()  # (Q, N, S)
+    p = torch.where(steps.bool(), p, 0.01 * torch.rand(Q, N, S, generator=g))  # low past the end
+    if ties:  # a copy of each question's best solution, later in the list: the first is kept
+        p[:, -1], steps[:, -1] = p[:, 0], steps[:, 0]
+    return Case(what, p, steps, rng.choice(["min", "prod"]))
+
+
+def _prm_cases(rng, g):
+    ex = torch.tensor([[[0.9, 0.2], [0.6, 0.5]]]), torch.tensor([[[1, 1], [1, 0]]])
+    yield Case("the docstring's example", *ex, "min")
+    yield Case("the docstring's example, by product", *ex, "prod")
+    for how in ("min", "prod"):
+        Q, N, S = rng.randint(2, 6), rng.randint(4, 16), rng.randint(2, 6)
+        case = _prm_case(rng, g, Q, N, S, f"{Q} questions, N = {N}, up to {S} steps")
+        yield Case(case.what + f", {how}", *case.args[:2], how)
+    yield _prm_case(rng, g, 8, 64, 5, "8 questions, N = 64, up to 5 steps")
+    yield _prm_case(rng, g, 3, 1, 4, "N = 1: the only solution")
+    yield _prm_case(rng, g, 4, 6, 3, "equal solution rewards", ties=True)
+
+
+def _prm_variants(p, steps, how):
+    solution_reward = _ref("solution_reward")
+    Q, N, S = p.shape
+    pick = lambda r: r.reshape(Q, N).argmax(-1)
+    flat, real = p.reshape(Q * N, S), steps.reshape(Q * N, S)
+    other = "prod" if how == "min" else "min"
+    last = real.long().cumsum(-1).argmax(-1, keepdim=True)  # the last real step
+    mean = (flat * real).sum(-1) / real.sum(-1)
+    return [
+        (
+            pick(solution_reward(flat, torch.ones_like(real), how)),
+            "the steps past a solution's end count in yours: mask them out (a padded step must "
+            "change neither the minimum nor the product, so make it 1)",
+        ),
+        (
+            pick(solution_reward(flat, real, other)),
+            f"you combined the steps by {other}; this case asks for {how}",
+        ),
+        (
+            pick(-solution_reward(flat, real, how)),
+            "you kept the WORST solution: argmax, not argmin",
+        ),
+        (pick(mean), "you averaged the steps; the PRM's solution reward is their min or product"),
+        (
+            pick(flat.gather(-1, last).squeeze(-1)),
+            "you read the last step alone, as an outcome reward model would: combine every step",
+        ),
+    ]
+
+
+def check_prm_best_of_n(solution):
+    cases = list(_prm_cases(*_draw()))
+    replies = solution.run(cases)
+    solution_reward = _ref("solution_reward")
+    for i, case in enumerate(cases):
+        p, steps, how = case.args
+        Q, N, S = p.shape
+        want = solution_reward(p.reshape(Q * N, S), steps.reshape(Q * N, S), how)
+        want = want.reshape(Q, N).argmax(-1)
+        got = _tensor(replies.got(i, case).out, "the indices", want.shape)
+        if got.dtype.is_floating_point:
+            raise Fail(f"return integer indices (torch.argmax gives int64), got {got.dtype}")
+        if torch.equal(got.long(), want):
+            continue
+        r = solution_reward(p.reshape(Q * N, S), steps.reshape(Q * N, S), how).reshape(Q, N)
+        hint = next(
+            (h for v, h in _prm_variants(p, steps, how) if torch.equal(got.long(), v)),
+            "the solutions differ: each solution's reward is the min (or product) of its real "
+            "steps' probabilities; keep the first highest",
+        )
+        if "equal" in case.what and torch.equal(
+            r.gather(1, got.long()[:, None]).squeeze(1), r.max(-1).values
+        ):
+            hint = "among solutions of equal reward keep the FIRST, as torch.argmax does"
+        raise Fail(
+            f"{hint}\n  case: {case.what} (how={how!r})\n  step_probs {_show(p)}\n  steps "
+            f"{_show(steps)}\n  expected {want.tolist()}, got {got.tolist()}"
+        )
+    return len(cases)
+
+
+# ----------------------------------------------------------------------------- ex13: ensembles
+def _ensemble_cases(rng, g):
+    ex = torch.tensor([[1.0, 0.0], [3.0, 0.0]])
+    for rule in ("mean", "min", "mean_minus_std"):
+        yield Case(f"the docstring's example, {rule}", ex, rule, 1.0, grad=(0,))
+    for rule in ("mean", "min", "mean_minus_std", "mean_minus_std"):
+        K, B = rng.randint(2, 6), rng.randint(1, 20)
+        r = torch.randn(K, B, generator=g) * rng.uniform(0.5, 5) + rng.uniform(-3, 3)
+        lam = round(rng.uniform(0.25, 2.0), 2)
+        yield Case(f"K = {K} models, B = {B} responses, {rule}, lam {lam}", r, rule, lam, grad=(0,))
+    r = torch.randn(1, rng.randint(2, 6), generator=g)
+    yield Case("K = 1: one model, no spread", r, "mean_minus_std", 1.0, grad=(0,), tags=("K1",))
+    r = torch.randn(4, 3, generator=g)
+    yield Case("lam 0: the mean itself", r, "mean_minus_std", 0.0, grad=(0,))
+
+
+def _ensemble_variants(r, rule, lam):
+    ref = _ref("conservative_reward")
+    return [
+        (
+            r.mean(0) - lam * r.std(0),
+            "the standard deviation is the K members' own spread: "
+            "divide by K (std(dim=0, unbiased=False)), not K - 1",
+        ),
+        (
+            r.mean(0) + lam * r.std(0, unbiased=False),
+            "a sign: conservative means mean MINUS lam * std, so disagreement lowers the reward",
+        ),
+        (ref(r, "mean_minus_std", 1.0), "lam is ignored in yours: mean - lam * std"),
+        (r.max(0).values, "you took the best case (max); the conservative one is the minimum"),
+        (r.mean(0), f"that is the mean; this case asks for {rule}"),
+        (r.min(0).values, f"that is the minimum; this case asks for {rule}"),
+        (r.mean(1), "you took the mean over the responses (dim 1): it is over the members (dim 0)"),
+        (
+            r.min(1).values,
+            "you took the minimum over the responses (dim 1): over the members "
+            "(dim 0), one reward per response",
+        ),
+    ]
+
+
+def check_conservative_reward(solution):
+    cases = list(_ensemble_cases(*_draw()))
+    replies = solution.run(cases)
+    conservative_reward = _ref("conservative_reward")
+    for i, case in enumerate(cases):
+        r, rule, lam = case.args
+        want = conservative_reward(r, rule, lam)
+        result = replies.got(i, case)
+        got = _tensor(result.out, "the rewards", want.shape)
+        if _close(got, want):
+            if not result.requires_grad:
+                raise Fail(
+                    "your reward has the right value but no gradient flows through it: keep it "
+                    "in torch (no .item(), numpy, float() or .detach())"
+                )
+            continue
+        if not torch.isfinite(got).all() and "K1" in case.tags:
+            hint = (
+                "with one model the spread is 0, but dividing by K - 1 = 0 gives nan: the "
+                "members' std divides by K (unbiased=False)"
+            )
+        else:
+            hint = next(
+                (h for v, h in _ensemble_variants(r, rule, lam) if _close(got, v)),
+                "the rewards differ: per response, the mean, the min, or the mean less lam "
+                "times the std (dividing by K) over the K members",
+            )
+        raise Fail(
+            f"{hint}\n  case: {case.what}\n  rewards {_show(r)}\n  expected "
+            f"{_show(want)}\n  got      {_show(got)}"
+        )
+    return len(cases)
+
+
 # ----------------------------------------------------------------------------- the registry
 # name -> (function the student writes, the check, the REFERENCES whose files a copy is sought
 # in). The file is exercises/<name>.py.
@@ -2236,6 +2398,12 @@ EXERCISES = {
     ),
     "ex10_kl_penalty": ("kl_penalty_rewards", check_kl_penalty, ("kl_penalty_rewards",)),
     "ex11_dpo_loss": ("dpo_loss", check_dpo_loss, ("dpo_loss",)),
+    "ex12_prm_best_of_n": ("select_best", check_prm_best_of_n, ("solution_reward",)),
+    "ex13_conservative_reward": (
+        "conservative_reward",
+        check_conservative_reward,
+        ("conservative_reward",),
+    ),
 }
 
 
