@@ -22,6 +22,7 @@ no cell a timeout (CI has its own overall limit)."""
 
 import importlib.util
 import math
+import os
 import re
 from typing import NamedTuple
 
@@ -273,10 +274,17 @@ def test_a_fresh_run_shows_the_claims(name, monkeypatch, record_property):
 @pytest.mark.parametrize("name", READS_DATA)
 def test_runs_without_the_shared_data(name, monkeypatch, record_property):
     """Every notebook that reads ../shared/data has a fallback for a machine without it, and
-    its claims not tagged shared hold there too (the run above covers this where the data is
-    absent)."""
+    its claims not tagged shared hold there too. Where the data is absent (CI's fresh clone)
+    the run above is that run. Where it is present, this second run of five notebooks is asked
+    for by NANORM_TEST_FALLBACKS=1: what it adds is the fallback cells (the other cells compute
+    what the run above computed), and it costs the suite about a minute on two cores."""
     if not SHARED.exists():
         pytest.skip("covered by test_a_fresh_run_shows_the_claims on this machine")
+    if os.environ.get("NANORM_TEST_FALLBACKS") != "1":
+        pytest.skip(
+            "the fallbacks are checked without ../shared/data (CI); "
+            "NANORM_TEST_FALLBACKS=1 checks them here"
+        )
     pytest.importorskip("ipykernel", reason="executing notebooks needs ipykernel")
     monkeypatch.setenv("NANORM_DATA", "none")
     nb = read(name)
