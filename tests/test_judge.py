@@ -88,7 +88,7 @@ def test_the_loss_asks_yes_for_label_1_and_no_for_label_0():
         logp = [F.log_softmax(model(torch.tensor([r]))[0, -1], -1) for r in rows]
     plain = -(logp[0][7] + logp[1][8]) / 2
     assert loss.item() == pytest.approx(plain.item(), rel=1e-5)
-    swapped = -(logp[0][8] + logp[1][7]) / 2  # a loss with the targets the other way round
+    swapped = -(logp[0][8] + logp[1][7]) / 2  # the targets swapped: a different loss
     assert abs(plain.item() - swapped.item()) > 1e-3
 
 
