@@ -15,12 +15,12 @@ nanorm.rl's one proxy.
 
 Best-of-N: --samples answers to each held-out question (the val split's distinct prompts) from
 the SFT policy, each scored by every member and by the verifier (the gold). A selector scores
-an answer by one member, or by the K members standardised on these answers (their mean 0,
-std 1: reward.RewardEnsemble) under a rule of conservative_reward. The gold of best-of-N is the
-expectation over every N-subset of the samples, not a few random ones: sorted by score, the
-i-th lowest of n answers is the best of a random N-subset with probability C(i, N-1) / C(n, N)
-(bon_weights). Its KL to the policy is taken as log N - (N - 1) / N, the analytic bound that
-Gao et al. plot against (best_of_n_kl).
+an answer by one member, or by the K members (reward.RewardEnsemble, each member standardised
+to mean 0, std 1 on one answer to each question) under a rule of conservative_reward. The
+gold of best-of-N is the expectation over every N-subset of the samples, not a few random ones:
+sorted by score, the i-th lowest of n answers is the best of a random N-subset with
+probability C(i, N-1) / C(n, N) (bon_weights). Its KL to the policy is taken as
+log N - (N - 1) / N, the analytic bound that Gao et al. plot against (best_of_n_kl).
 
 The fits: with d = sqrt(KL) and R the gold's gain over its value at d = 0, best-of-N follows
 R(d) = d (alpha - beta d) and RL R(d) = d (alpha - beta log d) in Gao et al.; both are linear

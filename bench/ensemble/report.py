@@ -78,7 +78,14 @@ def summary(rows):
         alpha=alpha,
         beta=beta,
         rmse=rmse,
+        curve=(smooth([math.sqrt(max(k, 0.0)) for k in kl]), gold),
     )
+
+
+def gold_at(curve, d):
+    """A run's smoothed gold at the first step its smoothed sqrt(KL) reaches d (else its last)."""
+    ds, gold = curve
+    return next((g for x, g in zip(ds, gold, strict=True) if x >= d), gold[-1])
 
 
 def bon_summary(res, name):
@@ -148,14 +155,16 @@ def main():
     print(f"\n## PPO ({', '.join(f'{s}: {len(r)} seeds' for s, r in sorted(ppo.items()))})\n")
     print(
         "| setting | gold start | peak | sqrt(KL) at peak | end | sqrt(KL) at end | fall | "
-        "fall removed vs K=1 | proxy end |"
+        "fall removed vs K=1 | K=1's gold at the end's sqrt(KL) | proxy end |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     settings = [s for s in PPO if s in S]
     for s in settings:
         t = S[s]
-        removed = ""
+        removed = matched = ""
         if s != "k1" and "k1" in S:
+            same_kl = [gold_at(S["k1"][x]["curve"], t[x]["end_d"]) for x in t if x in S["k1"]]
+            matched = pm(same_kl)
             share = [
                 (S["k1"][seed]["fall"] - t[seed]["fall"]) / S["k1"][seed]["fall"]
                 for seed in t
@@ -165,7 +174,7 @@ def main():
         print(
             f"| {s} | {pm(col(t, 'start'))} | {pm(col(t, 'peak'))} | {pm(col(t, 'peak_d'), '.2f')} "
             f"| {pm(col(t, 'end'))} | {pm(col(t, 'end_d'), '.2f')} | {pm(col(t, 'fall'))} | "
-            f"{removed} | {pm(col(t, 'proxy_end'), '.2f')} |"
+            f"{removed} | {matched} | {pm(col(t, 'proxy_end'), '.2f')} |"
         )
     print("\nEach run:\n")
     print("| setting | seed | start | peak (step, sqrt KL) | end (sqrt KL) | fall |")
@@ -197,9 +206,15 @@ def claims(S, B, bon):
                 seeds = [x for x in S[s] if x in S["k1"]]
                 less = sum(S[s][x]["fall"] < S["k1"][x]["fall"] for x in seeds)
                 higher = sum(S[s][x]["end"] > S["k1"][x]["end"] for x in seeds)
+                at_kl = sum(
+                    S[s][x]["end"] > gold_at(S["k1"][x]["curve"], S[s][x]["end_d"]) for x in seeds
+                )
+                closer = sum(S[s][x]["end_d"] < S["k1"][x]["end_d"] for x in seeds)
                 print(
                     f"- PPO {s}: fall smaller than K=1's in {less} of {len(seeds)}; "
-                    f"end gold higher in {higher} of {len(seeds)}"
+                    f"end gold higher in {higher} of {len(seeds)}; higher than K=1's gold at "
+                    f"the same sqrt(KL) in {at_kl} of {len(seeds)}; ends at a smaller KL in "
+                    f"{closer} of {len(seeds)}"
                 )
     if bon:
         for name in BON[1:]:
