@@ -134,7 +134,11 @@ def main():
             acc = any_res["member_val_accuracy"][k]
             print(f"| {k} | {pm(g)} | {acc:.3f} |")
         print("\nGold at N = 64 with the first K members:\n")
-        print("| rule | " + " | ".join(f"K={k + 1}" for k in range(len(any_res["member_alone"]))))
+        print(
+            "| rule | "
+            + " | ".join(f"K={k + 1}" for k in range(len(any_res["member_alone"])))
+            + " |"
+        )
         print("|---|" + "---|" * len(any_res["member_alone"]))
         for name in any_res["by_k"]:
             cells = [
