@@ -6,6 +6,7 @@ arithmetic questions, on a laptop CPU.
     python -m nanorm.rl --algo grpo --reward verifier        # GRPO against the verifier
     python -m nanorm.rl --algo ppo --reward proxy --kl_coef 0.1 --max_steps 150 --seed 1
     python -m nanorm.rl --proxy_pairs 1000                   # a proxy trained on fewer pairs
+    python -m nanorm.rl --proxy_pairs 1000 --members 5 --rule min   # an ensemble of 5 proxies
     bash bench/rl/run.sh                                     # the runs of bench/rl/README.md
 
 The pieces, in the order a step runs them:
@@ -16,6 +17,11 @@ The pieces, in the order a step runs them:
   2. score: the proxy's reward at the response's last token (reward.RewardModel), and the gold,
      verifiable.RLVRRewardModel([gsm8k_reward]): 1 if the answer is right. --reward picks which
      one the policy is trained on; both are logged.
+     --members K > 1: K proxies, member k trained on its own disjoint --proxy_pairs pairs with its
+     own seed, scored as one by reward.RewardEnsemble (--rule mean, min or mean_minus_std, Coste
+     et al. 2023), each member standardised on the SFT policy's answers of step 0; the critic
+     starts from member 0. proxy is then the ensemble's reward (what is optimized), and
+     members each member's raw mean.
   3. PPO: per-token rewards = -kl_coef * (log pi - log pi_ref) at every token, plus the score at
      the last; the critic (critic.Critic.from_reward_model(proxy)) gives values, critic.gae the
      advantages and returns; the clipped policy loss and critic.value_loss update both.
@@ -82,6 +88,7 @@ from nanorm.base.command import (
     run,
 )
 from nanorm.ckpt import load_reward_model, save_checkpoint
+from reward import ENSEMBLE_RULES, RewardEnsemble, conservative_reward
 from verifiable import RLVRRewardModel, extract_answer, gsm8k_reward
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the project root
@@ -112,6 +119,11 @@ class RLConfig:
     sft_steps: int = opt(400, "steps of SFT on the right answers (cached)", AT_LEAST_1)
     proxy_pairs: int = opt(5000, "training pairs the proxy sees (cached)", AT_LEAST_1)
     proxy_iters: int = opt(1000, "train_rm.py --max_iters for the proxy", AT_LEAST_1)
+    members: int = opt(
+        1, "proxies in the ensemble, each on its own pairs (1: one proxy)", AT_LEAST_1
+    )
+    rule: str = opt("mean", "how the members' rewards make one", one_of(*ENSEMBLE_RULES))
+    std_coef: float = opt(1.0, "lambda of --rule mean_minus_std", NON_NEGATIVE)
 
 
 def parse_args(argv=None) -> RLConfig:
@@ -192,17 +204,21 @@ def sft_policy(train, meta, config, args):
     return policy
 
 
-def proxy_reward_model(data_dir, args):
-    """The learned reward: `python train_rm.py` (its default nano shape and LM term) on the
-    first --proxy_pairs training pairs, evaluated on all of val. Kept in cache_dir."""
-    out = os.path.join(args.cache_dir, f"proxy{args.proxy_pairs}_{args.proxy_iters}")
+def proxy_reward_model(data_dir, args, member=0):
+    """The learned reward: `python train_rm.py` (its default nano shape and LM term) on
+    --proxy_pairs training pairs, evaluated on all of val. Member k of an ensemble reads pairs
+    k * proxy_pairs onwards with train_rm.py's seed 1337 + k: member 0 is the one proxy.
+    Kept in cache_dir."""
+    tag = f"_m{member}" if member else ""
+    out = os.path.join(args.cache_dir, f"proxy{args.proxy_pairs}_{args.proxy_iters}{tag}")
     ckpt = os.path.join(out, "ckpt.pt")
     if not os.path.exists(ckpt):
-        pairs = os.path.join(args.cache_dir, f"pairs{args.proxy_pairs}")
+        pairs = os.path.join(args.cache_dir, f"pairs{args.proxy_pairs}{tag}")
         if not os.path.exists(os.path.join(pairs, "meta.json")):
-            subset_of(data_dir, pairs, args.proxy_pairs)
+            subset_of(data_dir, pairs, args.proxy_pairs, start=member * args.proxy_pairs)
         cmd = [sys.executable, os.path.join(ROOT, "train_rm.py"), "--dataset", pairs]
         cmd += ["--out_dir", out, "--overwrite", "true", "--max_iters", str(args.proxy_iters)]
+        cmd += ["--seed", str(1337 + member)]  # 1337: train_rm.py's default
         cmd += ["--eval_interval", str(args.proxy_iters), "--eval_first", "false"]
         cmd += ["--warmup", "20", "--dtype", "float32", "--device", "cpu"]
         print("python train_rm.py " + " ".join(cmd[2:]))
@@ -216,8 +232,8 @@ def proxy_reward_model(data_dir, args):
     return load_reward_model(ckpt)[0].eval()
 
 
-def subset_of(data_dir, out, n):
-    """A dataset directory holding the first n training pairs of data_dir and all its val,
+def subset_of(data_dir, out, n, start=0):
+    """A dataset directory holding n training pairs of data_dir from `start` and all its val,
     written aside and renamed whole: a folder already at out (without its meta.json) is not
     ours to fill, and is refused."""
     from data.pairs import write_pairs
@@ -231,7 +247,9 @@ def subset_of(data_dir, out, n):
         meta = json.load(f)
     with new_folder(out) as tmp:
         write_pairs(
-            os.path.join(tmp, "train.npz"), [train[i] for i in range(n)], meta["vocab_size"]
+            os.path.join(tmp, "train.npz"),
+            [train[i] for i in range(start, start + n)],
+            meta["vocab_size"],
         )
         shutil.copy(os.path.join(data_dir, "val.npz"), os.path.join(tmp, "val.npz"))
         shutil.copy(os.path.join(data_dir, "meta.json"), os.path.join(tmp, "meta.json"))
@@ -303,21 +321,28 @@ def main(argv=None):
     torch.set_num_threads(1)
     data_dir, train, _, meta, tok = arith()
     pad_id, eos_id = meta["pad_id"], meta["eos_id"]
+    if args.members * args.proxy_pairs > len(train):
+        raise UsageError(
+            f"--members {args.members} x --proxy_pairs {args.proxy_pairs} exceeds the "
+            f"{len(train)} training pairs: fewer of either"
+        )
     t_setup = time.time()
-    proxy = proxy_reward_model(data_dir, args)
-    policy = sft_policy(train, meta, copy.deepcopy(proxy.backbone.config), args)
-    for p in proxy.parameters():
+    proxies = [proxy_reward_model(data_dir, args, k) for k in range(args.members)]
+    policy = sft_policy(train, meta, copy.deepcopy(proxies[0].backbone.config), args)
+    for p in proxies:
         p.requires_grad_(False)
+        p.backbone.row_attention = False  # short rows: one padded batch beats row by row
+    policy.row_attention = False
+    # K = 1 is the one proxy as it scores; an ensemble is standardised at step 0 (below)
+    proxy = proxies[0] if args.members == 1 else RewardEnsemble(proxies, args.rule, args.std_coef)
     gold_rm = verifier(tok)
-    for m in (policy, proxy.backbone):  # short rows: one padded batch beats row by row
-        m.row_attention = False
     print(f"SFT policy and proxy ready in {time.time() - t_setup:.0f}s")
 
     torch.manual_seed(args.seed)
     reference = copy.deepcopy(policy).eval()  # frozen: the KL is measured against it
     for p in reference.parameters():
         p.requires_grad_(False)
-    critic = Critic.from_reward_model(proxy) if args.algo == "ppo" else None
+    critic = Critic.from_reward_model(proxies[0]) if args.algo == "ppo" else None
     opt = torch.optim.AdamW(policy.parameters(), lr=args.lr, weight_decay=0.0)
     if critic is not None:
         critic_opt = torch.optim.AdamW(critic.parameters(), lr=args.critic_lr)
@@ -341,7 +366,13 @@ def main(argv=None):
 
         # 2. score: the proxy at the last token, the gold by the verifier; old log-probs
         with torch.no_grad():
-            proxy_score = proxy(seq, mask)
+            if args.members == 1:
+                proxy_score = proxy(seq, mask)
+            else:
+                if step == 0:  # each member's mean 0, std 1 on the SFT policy's answers
+                    proxy.standardise(seq, mask)
+                member_r = proxy.member_rewards(seq, mask)  # (K, B) standardised
+                proxy_score = conservative_reward(member_r, proxy.rule, proxy.lam)
             first = torch.full_like(last, P)  # (B,) ColossalChat's contract: values per row
             gold = gold_rm(seq, mask, response_start=first, response_end=last, gt_answer=answers)
             old_logp = token_logprobs(policy, seq, mask, P)
@@ -350,6 +381,9 @@ def main(argv=None):
         kl = ((old_logp - ref_logp) * resp_mask).sum(1)  # (B,) nats per sequence
         row = dict(step=step, kl=kl.mean().item(), proxy=proxy_score.mean().item())
         row.update(gold=gold.mean().item(), length=resp_mask.sum(1).float().mean().item())
+        if args.members > 1:  # each member's raw mean: which one the policy exploits
+            raw = member_r * proxy.scale[:, None] + proxy.shift[:, None]
+            row["members"] = raw.mean(1).tolist()
         if step == args.max_steps:  # the last row measures the final policy; no update
             row["time"] = time.time() - t0
             rows.append(row), log_row(log_path, row)
