@@ -72,26 +72,19 @@ class PRMConfig:
     seed: int = opt(0, "seeds the PRM's and ORM's training and all sampling", NON_NEGATIVE)
     out_dir: str = opt("out/prm", "where prm.jsonl and prm.png go")
     cache_dir: str = opt("", "where the SFT policy is kept (default out_dir)")
-    sft_steps: int = opt(
-        700, "SFT steps on right chains (cached): few, so the policy slips", AT_LEAST_1
-    )
-    train_solutions: int = opt(256, "sampled solutions the PRM and ORM train on", AT_LEAST_1)
+    sft_steps: int = opt(700, "SFT steps on right chains (cached): few, so it slips", AT_LEAST_1)
+    train_solutions: int = opt(256, "sampled solutions the PRM and ORM learn", AT_LEAST_1)
     rollouts: int = opt(8, "Math-Shepherd completions from each step's prefix", AT_LEAST_1)
-    labels: str = opt(
-        "hard",
-        "the PRM's target: hard (any completion right) or soft (their share)",
-        one_of("hard", "soft"),
-    )
+    labels: str = opt("hard", "the PRM's target: hard (any right) or soft (their share)",
+                      one_of("hard", "soft"))  # fmt: skip
     rm_steps: int = opt(150, "optimizer steps of the PRM and of the ORM", AT_LEAST_1)
     batch_size: int = opt(32, "solutions per step", AT_LEAST_1)
     lr: float = opt(1e-3, "learning rate of both (AdamW)", POSITIVE)
-    eval_questions: int = opt(128, "held-out questions (a fixed set, whatever --seed)", AT_LEAST_1)
-    samples: int = opt(64, "solutions sampled per held-out question; N goes up to it", AT_LEAST_1)
-    subsets: int = opt(256, "random subsets per N and question for the majority vote", AT_LEAST_1)
-    temperature: float = opt(1.0, "sampling temperature of every solution and rollout", POSITIVE)
-    max_new_tokens: int = opt(
-        72, "longest solution sampled (5 steps and the answer fit)", AT_LEAST_1
-    )
+    eval_questions: int = opt(128, "held-out questions (the same for every seed)", AT_LEAST_1)
+    samples: int = opt(64, "solutions sampled per held-out question; N up to it", AT_LEAST_1)
+    subsets: int = opt(256, "random subsets per N and question for the vote", AT_LEAST_1)
+    temperature: float = opt(1.0, "temperature of every solution and rollout", POSITIVE)
+    max_new_tokens: int = opt(72, "longest solution sampled (5 steps fit)", AT_LEAST_1)
 
 
 def parse_args(argv=None) -> PRMConfig:

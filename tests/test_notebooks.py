@@ -502,6 +502,20 @@ CLAIMS["08_beyond_one_score.ipynb"] = [
       "\n".join([r"seed \d \(in distribution / up to 99\): DPO sum NUM / NUM \| RM NUM / NUM \| RM \+ LM NUM / NUM"] * 3),
       lambda *v: all(d > rm and all(abs(x - 0.5) < 0.05 for x in (dl, rl, ll))
                      for d, dl, rm, rl, _, ll in zip(*[iter(v)] * 6, strict=True))),
+    C("the exact labeller: the right chain on track throughout, the slipped one off track from its slip",
+      r"right: .* -> exact labels \[(.*?)\]\n +slipped: .* -> exact labels \[(.*?)\]",
+      lambda a, b: floats(a) == [1, 1, 1, 1] and floats(b) == [1, 0, 0, 0]),
+    C("the minimum keeps the first solution, the product the second",
+      r"solution rewards, min: \[NUM, NUM\] product: \[NUM, NUM\]",
+      lambda m0, m1, p0, p1: m0 > m1 and p1 > p0),
+    C("on every seed: Math-Shepherd's hard labels equal the exact ones on 0.85 or more of the steps; "
+      "the PRM's step accuracy is above the base rate; best-of-64 by PRM min and by the ORM is below "
+      "one solution at random, PRM min above the ORM, and majority vote above them all",
+      "\n".join([r"seed \d: Math-Shepherd \(hard\) = exact on NUM of steps; held-out step accuracy PRM NUM, base rate NUM; "
+                  r"best-of-64: PRM min NUM, PRM product NUM, ORM NUM, majority NUM, N=1 NUM, pass@N NUM"] * 3),
+      lambda *v: all(agree >= 0.85 and acc > base and pmin < one and orm < one and pmin > orm
+                     and maj > max(one, pmin, prod, orm)
+                     for agree, acc, base, pmin, prod, orm, maj, one, _ in zip(*[iter(v)] * 9, strict=True))),
     C("zero-shot, the policy gives 'Y' almost no probability (below 1e-3)",
       r"right: .* p\('Y'\) = NUM\nwrong: .* p\('Y'\) = NUM", lambda a, b: a < 1e-3 and b < 1e-3),
     C("on every seed the pairwise head beats the fine-tuned Yes/No judge, and the fine-tuned A/B "

@@ -132,11 +132,97 @@ plt.show()
 # training distribution every model is near chance on numbers up to 99: none of them learned
 # arithmetic it was never shown. (Lin et al. 2024 find DPO's implicit reward a few points
 # *worse* than an explicit reward model out of distribution at scale; here both fail there.)
-
 # %% [markdown]
 # ## 2. A process reward model
 #
-# (PRM section)
+# An outcome reward model scores a whole solution. A **process reward model** (PRM) scores each
+# reasoning step (Lightman et al. 2023): `reward.ProcessRewardModel` reads the same head at the
+# last token of every step, and its sigmoid is the probability that the solution is still on
+# track there. Human step labels are expensive (PRM800K); **Math-Shepherd** (Wang et al. 2023)
+# makes them automatically: from each step's prefix, let the policy complete the solution N
+# times; the step is labelled right if any completion reaches the right answer (hard label), or
+# by the share that do (soft).
+#
+# [`nanorm/prm.py`](../nanorm/prm.py) builds a world where every step can also be checked
+# exactly: chains of 2 to 5 additions and subtractions, answered one operation per sentence,
+# the answer sentence the last step.
+#
+# **Predict:** a solution slips at its second step and then computes correctly from the wrong
+# value. Which steps does the exact labeller mark on track? And which of two solutions does
+# best-of-N keep by the weakest step (`min`), which by the product?
+
+# %%
+from nanorm import prm as prm_mod
+
+q = ((5, 3, 2, 7), ("+", "-", "+"))
+right = prm_mod.solution_text(q)
+slipped = " 5 + 3 = 8. 8 - 2 = 5. 5 + 7 = 12. The answer is 12."
+print(f"question {prm_mod.prompt_text(q)!r}")
+for name, text in (("right", right), ("slipped", slipped)):
+    steps = [s.strip() + "." for s in text.strip().split(".") if s.strip()]
+    print(f"{name:>8}: {steps} -> exact labels {prm_mod.exact_labels(q, steps)}")
+p = torch.tensor([[0.9, 0.9, 0.9, 0.9, 0.0], [0.99, 0.99, 0.7, 1.0, 0.0]])  # 4 steps each
+steps = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 1, 0]])
+print("solution rewards, min:", [round(x, 3) for x in reward.solution_reward(p, steps, "min").tolist()],
+      "product:", [round(x, 3) for x in reward.solution_reward(p, steps, "prod").tolist()])
+
+# %% [markdown]
+# Every step after the slip is off track, though its own arithmetic is right: the chain can no
+# longer reach the answer, which is what a Math-Shepherd label estimates. The two ways of
+# combining steps disagree here: the minimum keeps the first solution (its weakest step, 0.9,
+# beats 0.7), the product the second (0.686 against 0.656): three near-certain steps and one
+# doubtful one, against four steady ones. Exercise 12 is best-of-N by these rules.
+#
+# The experiment ([`bench/prm`](../bench/prm/README.md), `bash bench/prm/run.sh`, about 9
+# minutes): the policy SFT'd on right chains, its sampled solutions to 256 training questions
+# labelled the Math-Shepherd way (8 completions per step), a PRM trained on those labels and an
+# ORM on each solution's outcome, the same solutions, steps and starting weights; then 128
+# held-out questions, 64 solutions each, best-of-N selected by each against the verifier.
+#
+# **Predict:** how often do the Math-Shepherd labels agree with the exact ones? As N grows from
+# 1 to 64, does the PRM's pick get more answers right, and does it beat a plain majority vote
+# over the final answers?
+
+# %%
+pb = bench_module("prm")
+rows = pb.load()
+pseeds = sorted({r["seed"] for r in rows})
+one = {(r["measure"], r["seed"]): r for r in rows if r["measure"] != "best_of_n"}
+bon = {(r["n"], r["seed"]): r for r in rows if r["measure"] == "best_of_n"}
+ns = sorted({n for n, _ in bon})
+for s in pseeds:
+    lab, acc = one["labels", s], one["step_accuracy", s]
+    b = bon[ns[-1], s]
+    print(f"seed {s}: Math-Shepherd (hard) = exact on {lab['hard_agrees']:.3f} of steps; held-out step "
+          f"accuracy PRM {acc['prm']:.3f}, base rate {acc['always_on_track']:.3f}; best-of-{ns[-1]}: "
+          f"PRM min {b['prm_min']:.3f}, PRM product {b['prm_prod']:.3f}, ORM {b['orm']:.3f}, "
+          f"majority {b['majority']:.3f}, N=1 {b['random']:.3f}, pass@N {b['pass_at_n']:.3f}")
+
+fig, ax = plt.subplots(figsize=(7, 3.6))
+for j, (key, name) in enumerate(pb.SELECTORS.items()):
+    mean = [sum(bon[n, s][key] for s in pseeds) / len(pseeds) for n in ns]
+    ax.plot(ns, mean, marker="o", color=f"C{j}", label=name, ls="--" if key in ("random", "pass_at_n") else "-")
+ax.set_xscale("log", base=2)
+ax.set_xlabel("N (solutions to choose from)")
+ax.set_ylabel("accuracy of the chosen solution (mean of seeds)")
+ax.legend(fontsize=7)
+plt.show()
+
+# %% [markdown]
+# What every seed shows (the tables, with commands and times, are in `bench/prm/README.md`):
+#
+# - The Math-Shepherd labels agree with the exact ones on most steps; their error is one-sided:
+#   an off-track step is sometimes called right, when a completion stumbles onto the answer.
+# - The PRM learns a little (its step accuracy is above the base rate), but best-of-N by the PRM
+#   and by the ORM gets **worse** as N grows, while a plain **majority vote** over the final
+#   answers gets better. Neither reward model checks the arithmetic; both favour short chains,
+#   including ones that stop early or skip an operation, and the more candidates there are,
+#   the surer the pick is one of those: over-optimization of a weak verifier by selection
+#   alone. The PRM (min) stays ahead of the ORM at N = 64.
+# - So this world does **not** reproduce Lightman et al.'s ordering (PRM > ORM > majority on
+#   MATH). Their reward models are large LMs trained on 800,000 step labels; ours is a
+#   238k-parameter model with about a thousand. `bench/prm/README.md` lists what was tried to
+#   turn the curves up (more solutions, more steps, lower learning rates): none did.
 # %% [markdown]
 # ## 3. A generative judge
 #
