@@ -2221,9 +2221,13 @@ def _prm_case(rng, g, Q, N, S, what, ties=False):
     lengths = torch.randint(1, S + 1, (Q, N), generator=g)
     steps = (torch.arange(S) < lengths[..., None]).long()  # (Q, N, S)
     p = torch.where(steps.bool(), p, 0.01 * torch.rand(Q, N, S, generator=g))  # low past the end
-    if ties:  # a copy of each question's best solution, later in the list: the first is kept
-        p[:, -1], steps[:, -1] = p[:, 0], steps[:, 0]
-    return Case(what, p, steps, rng.choice(["min", "prod"]))
+    how = rng.choice(["min", "prod"])
+    if ties:  # each question's best solution twice (at its place and last): the first is kept
+        r = _ref("solution_reward")(p.reshape(Q * N, S), steps.reshape(Q * N, S), how)
+        for q, best in enumerate(r.reshape(Q, N).argmax(-1).tolist()):
+            other = 0 if best == N - 1 else N - 1
+            p[q, other], steps[q, other] = p[q, best], steps[q, best]
+    return Case(what, p, steps, how)
 
 
 def _prm_cases(rng, g):
