@@ -2277,31 +2277,41 @@ def check_prm_best_of_n(solution):
     cases = list(_prm_cases(*_draw()))
     replies = solution.run(cases)
     solution_reward = _ref("solution_reward")
+    wrong = []  # (case, its inputs, expected, got, the solution rewards) where they differ
     for i, case in enumerate(cases):
         p, steps, how = case.args
         Q, N, S = p.shape
-        want = solution_reward(p.reshape(Q * N, S), steps.reshape(Q * N, S), how)
-        want = want.reshape(Q, N).argmax(-1)
+        r = solution_reward(p.reshape(Q * N, S), steps.reshape(Q * N, S), how).reshape(Q, N)
+        want = r.argmax(-1)
         got = _tensor(replies.got(i, case).out, "the indices", want.shape)
         if got.dtype.is_floating_point:
             raise Fail(f"return integer indices (torch.argmax gives int64), got {got.dtype}")
-        if torch.equal(got.long(), want):
-            continue
-        r = solution_reward(p.reshape(Q * N, S), steps.reshape(Q * N, S), how).reshape(Q, N)
-        hint = next(
-            (h for v, h in _prm_variants(p, steps, how) if torch.equal(got.long(), v)),
-            "the solutions differ: each solution's reward is the min (or product) of its real "
-            "steps' probabilities; keep the first highest",
-        )
-        if "equal" in case.what and torch.equal(
-            r.gather(1, got.long()[:, None]).squeeze(1), r.max(-1).values
-        ):
-            hint = "among solutions of equal reward keep the FIRST, as torch.argmax does"
-        raise Fail(
-            f"{hint}\n  case: {case.what} (how={how!r})\n  step_probs {_show(p)}\n  steps "
-            f"{_show(steps)}\n  expected {want.tolist()}, got {got.tolist()}"
-        )
-    return len(cases)
+        if not torch.equal(got.long(), want):
+            wrong.append((case, want, got.long(), r))
+    if not wrong:
+        return len(cases)
+    # an index is a coarse answer: two mistakes may pick alike on one case, so the hint is the
+    # mistake that picks as the solution did on every case it got wrong
+    variants = [_prm_variants(*c.args) for c, *_ in wrong]
+    hint = next(
+        (
+            variants[0][k][1]
+            for k in range(len(variants[0]))
+            if all(torch.equal(g, v[k][0]) for (_, _, g, _), v in zip(wrong, variants, strict=True))
+        ),
+        "the solutions differ: each solution's reward is the min (or product) of its real "
+        "steps' probabilities; keep the first highest",
+    )
+    case, want, got, r = wrong[0]
+    if all(
+        torch.equal(r.gather(1, g[:, None]).squeeze(1), r.max(-1).values) for _, _, g, r in wrong
+    ):
+        hint = "among solutions of equal reward keep the FIRST, as torch.argmax does"
+    p, steps, how = case.args
+    raise Fail(
+        f"{hint}\n  case: {case.what} (how={how!r})\n  step_probs {_show(p)}\n  steps "
+        f"{_show(steps)}\n  expected {want.tolist()}, got {got.tolist()}"
+    )
 
 
 # ----------------------------------------------------------------------------- ex13: ensembles
