@@ -37,7 +37,7 @@ import copy
 import json
 import os
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
@@ -54,6 +54,7 @@ from nanorm.base.command import (
     opt,
     parse_config,
     run,
+    run_folders,
 )
 from nanorm.base.runtime import check_finite
 from nanorm.build import MODELS
@@ -83,11 +84,7 @@ class DPOConfig:
 def parse_args(argv=None) -> DPOConfig:
     """The options (each checked by its field), then the checks across options."""
     cfg = parse_config(DPOConfig, argv, description=__doc__.split("\n")[1])
-    for name in ("out_dir", "cache_dir"):
-        path = getattr(cfg, name)
-        if path and os.path.lexists(path) and not os.path.isdir(path):
-            raise UsageError(f"--{name} {path} is not a folder: name a folder (made if missing)")
-    return replace(cfg, cache_dir=cfg.cache_dir or cfg.out_dir)
+    return run_folders(cfg)
 
 
 def policy_config(meta):

@@ -39,7 +39,7 @@ chain of thought before the verdict (the paper's GenRM-CoT).
 import json
 import os
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
@@ -56,6 +56,7 @@ from nanorm.base.command import (
     opt,
     parse_config,
     run,
+    run_folders,
 )
 from nanorm.base.runtime import check_finite
 from nanorm.ckpt import save_checkpoint
@@ -86,11 +87,7 @@ class JudgeConfig:
 def parse_args(argv=None) -> JudgeConfig:
     """The options (each checked by its field), then the checks across options."""
     cfg = parse_config(JudgeConfig, argv, description=__doc__.split("\n")[1])
-    for name in ("out_dir", "cache_dir"):
-        path = getattr(cfg, name)
-        if path and os.path.lexists(path) and not os.path.isdir(path):
-            raise UsageError(f"--{name} {path} is not a folder: name a folder (made if missing)")
-    return replace(cfg, cache_dir=cfg.cache_dir or cfg.out_dir)
+    return run_folders(cfg)
 
 
 # ----------------------------------------------------------------------------- 1. the rows

@@ -39,7 +39,7 @@ import os
 import random
 import re
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -59,6 +59,7 @@ from nanorm.base.command import (
     opt,
     parse_config,
     run,
+    run_folders,
 )
 from nanorm.build import MODELS
 from nanorm.ckpt import save_checkpoint
@@ -89,16 +90,13 @@ class PRMConfig:
 
 def parse_args(argv=None) -> PRMConfig:
     cfg = parse_config(PRMConfig, argv, description=__doc__.split("\n")[1])
-    for name in ("out_dir", "cache_dir"):
-        path = getattr(cfg, name)
-        if path and os.path.lexists(path) and not os.path.isdir(path):
-            raise UsageError(f"--{name} {path} is not a folder: name a folder (made if missing)")
+    cfg = run_folders(cfg)
     room = policy_config(1).max_seq_len - 32  # the longest prompt is 25 tokens
     if cfg.max_new_tokens > room:
         raise UsageError(
             f"--max_new_tokens {cfg.max_new_tokens}: at most {room} fit the policy's 256 positions"
         )
-    return replace(cfg, cache_dir=cfg.cache_dir or cfg.out_dir)
+    return cfg
 
 
 # ----------------------------------------------------------------------------- 0. the world

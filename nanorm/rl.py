@@ -51,7 +51,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -86,6 +86,7 @@ from nanorm.base.command import (
     opt,
     parse_config,
     run,
+    run_folders,
 )
 from nanorm.ckpt import load_reward_model, save_checkpoint
 from reward import ENSEMBLE_RULES, RewardEnsemble, conservative_reward
@@ -134,11 +135,7 @@ def parse_args(argv=None) -> RLConfig:
         raise UsageError(f"--batch_size {cfg.batch_size} must be a multiple of --group {cfg.group}")
     if per_update < 1:
         raise UsageError(f"--minibatches {cfg.minibatches} exceeds --batch_size {cfg.batch_size}")
-    for name in ("out_dir", "cache_dir"):
-        path = getattr(cfg, name)
-        if path and os.path.lexists(path) and not os.path.isdir(path):
-            raise UsageError(f"--{name} {path} is not a folder: name a folder (made if missing)")
-    return replace(cfg, cache_dir=cfg.cache_dir or cfg.out_dir)
+    return run_folders(cfg)
 
 
 # ----------------------------------------------------------------------------- the data

@@ -34,7 +34,7 @@ import re
 import shutil
 import sys
 from contextlib import contextmanager
-from dataclasses import MISSING, field, fields
+from dataclasses import MISSING, field, fields, replace
 
 import torch
 
@@ -137,6 +137,16 @@ def parse_config(cls, argv=None, description=None):
         if test and not test(value):
             raise UsageError(f"--{f.name} must be {must}, got {value!r}")
     return cfg
+
+
+def run_folders(cfg):
+    """A run's --out_dir and --cache_dir (nanorm.rl, dpo, judge, prm): each a folder where it
+    exists (made later if missing); the cache is out_dir unless one is named. cfg, the cache set."""
+    for name in ("out_dir", "cache_dir"):
+        path = getattr(cfg, name)
+        if path and os.path.lexists(path) and not os.path.isdir(path):
+            raise UsageError(f"--{name} {path} is not a folder: name a folder (made if missing)")
+    return replace(cfg, cache_dir=cfg.cache_dir or cfg.out_dir)
 
 
 def check_device(device):
