@@ -19,8 +19,8 @@ an answer by one member, or by the K members (reward.RewardEnsemble, each member
 to mean 0, std 1 on one answer to each question) under a rule of conservative_reward. The
 gold of best-of-N is the expectation over every N-subset of the samples, not a few random ones:
 sorted by score, the i-th lowest of n answers is the best of a random N-subset with
-probability C(i, N-1) / C(n, N) (bon_weights). Its KL to the policy is taken as
-log N - (N - 1) / N, the analytic bound that Gao et al. plot against (best_of_n_kl).
+probability C(i, N-1) / C(n, N) (rl.bon_weights). Its KL to the policy is taken as
+log N - (N - 1) / N, the analytic bound that Gao et al. plot against (rl.best_of_n_kl).
 
 The fits: with d = sqrt(KL) and R the gold's gain over its value at d = 0, best-of-N follows
 R(d) = d (alpha - beta d) and RL R(d) = d (alpha - beta log d) in Gao et al.; both are linear
@@ -33,7 +33,6 @@ the policy's answers, and that is the shift an ensemble has to survive.
 
 import copy
 import json
-import math
 import os
 import time
 from dataclasses import dataclass
@@ -53,6 +52,7 @@ from nanorm.base.command import (
     parse_config,
     run,
 )
+from nanorm.rl import best_of_n_gold, best_of_n_kl
 from reward import RewardEnsemble, conservative_reward
 
 # best-of-N's selectors: (name, rule, lambda); "one" is member 0 alone
@@ -91,33 +91,7 @@ def rl_args(cfg):
     )
 
 
-# ----------------------------------------------------------------------------- the estimators
-def bon_weights(n, n_max=None):
-    """(n_max, n) W[N - 1, i]: the probability that the i-th lowest-scored of n answers is the
-    highest-scored of N drawn without replacement, C(i, N - 1) / C(n, N)."""
-    n_max = n_max or n
-    W = np.zeros((n_max, n))
-    for N in range(1, n_max + 1):
-        W[N - 1] = [math.comb(i, N - 1) / math.comb(n, N) for i in range(n)]
-    return W
-
-
-def best_of_n_gold(scores, gold, n_max=None):
-    """(n_max,) the expected gold of best-of-N for N = 1..n_max, averaged over questions:
-    scores and gold (Q, n), n answers to each of Q questions."""
-    scores, gold = np.asarray(scores, dtype=float), np.asarray(gold, dtype=float)
-    order = np.argsort(scores, axis=1, kind="stable")
-    ranked = np.take_along_axis(gold, order, axis=1)  # (Q, n), lowest score first
-    W = bon_weights(scores.shape[1], n_max)
-    return (ranked @ W.T).mean(0)
-
-
-def best_of_n_kl(N):
-    """KL(best-of-N || policy) <= log N - (N - 1) / N, in nats (0 at N = 1)."""
-    N = np.asarray(N, dtype=float)
-    return np.log(N) - (N - 1) / N
-
-
+# ----------------------------------------------------------------------------- Gao's fits
 def gao_fit(d, r, form):
     """(alpha, beta, rmse): least squares of R(d) = d (alpha - beta d) (form "bon") or
     d (alpha - beta log d) (form "rl") to the points (d, r), d = sqrt(KL) >= 0."""

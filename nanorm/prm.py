@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 
 from data.pairs import right_pad
-from model import ModelConfig, Transformer
+from model import Transformer
 from nanorm.base.checkpoints import load_transformer
 from nanorm.base.command import (
     AT_LEAST_1,
@@ -61,9 +61,9 @@ from nanorm.base.command import (
     run,
     run_folders,
 )
-from nanorm.build import MODELS
 from nanorm.ckpt import save_checkpoint
-from nanorm.rl import arith, rollout
+from nanorm.dpo import policy_config
+from nanorm.rl import arith, best_of_n_gold, rollout
 from reward import ProcessRewardModel, RewardModel, solution_reward
 from verifiable import extract_answer, gsm8k_reward
 
@@ -91,7 +91,7 @@ class PRMConfig:
 def parse_args(argv=None) -> PRMConfig:
     cfg = parse_config(PRMConfig, argv, description=__doc__.split("\n")[1])
     cfg = run_folders(cfg)
-    room = policy_config(1).max_seq_len - 32  # the longest prompt is 25 tokens
+    room = policy_config({"vocab_size": 1}).max_seq_len - 32  # the longest prompt: 25 tokens
     if cfg.max_new_tokens > room:
         raise UsageError(
             f"--max_new_tokens {cfg.max_new_tokens}: at most {room} fit the policy's 256 positions"
@@ -171,11 +171,6 @@ def exact_labels(q, texts):
 
 
 # ----------------------------------------------------------------------------- 1. the policy
-def policy_config(vocab_size):
-    """nanorm.rl's SFT policy's shape (train_rm.py's nano model); 256 positions hold any chain."""
-    return ModelConfig(**MODELS["nano"], multiple_of=32, max_seq_len=256, vocab_size=vocab_size)
-
-
 def encode(tok, q, response=None):
     """(prompt ids, response ids) as the built-in data lays them out: BOS + prompt, response +
     EOS (the leading space dropped: the tokenizer's dummy prefix puts it back)."""
@@ -196,7 +191,7 @@ def sft_policy(tok, meta, args, avoid):
     if os.path.exists(path):
         return load_transformer(path)
     torch.manual_seed(0)
-    policy = Transformer(policy_config(meta["vocab_size"]))
+    policy = Transformer(policy_config(meta))  # nanorm.rl's shape, 256 positions
     policy.row_attention = False  # short rows: one padded batch is faster than row by row
     opt = torch.optim.AdamW(policy.parameters(), weight_decay=0.0)
     rng, t0 = random.Random(1), time.time()
@@ -323,21 +318,6 @@ def score(prm, orm, sols, pad_id, chunk=256):
 
 
 # ----------------------------------------------------------------------------- 5. best-of-N
-def best_of_n(scores, gold, n):
-    """The expected gold of the highest-scored of n solutions drawn without replacement from
-    these k, a tie broken at random: exactly. The i-th highest (0-based) is the subset's best
-    iff it is drawn and the n - 1 others come from the k - 1 - i below it; tied solutions share
-    their mean gold, since any of them is as likely to be the one picked."""
-    scores, gold = np.asarray(scores, dtype=float), np.asarray(gold, dtype=float)
-    k = len(scores)
-    order = np.argsort(-scores, kind="stable")
-    s, g = scores[order], gold[order]
-    _, group = np.unique(s, return_inverse=True)
-    g = (np.bincount(group, g) / np.bincount(group))[group]  # each tie at its mean gold
-    w = np.array([math.comb(k - 1 - i, n - 1) for i in range(k)], dtype=float) / math.comb(k, n)
-    return float((w * g).sum())
-
-
 def pass_at_n(gold, n):
     """P(at least one right among n drawn): 1 - C(wrong, n) / C(k, n)."""
     k, wrong = len(gold), len(gold) - int(sum(gold))
@@ -364,12 +344,15 @@ def curves(sols, k, args):
     rng, rows = np.random.default_rng(args.seed), []
     ns = [2**i for i in range(int(math.log2(k)) + 1)]
     groups = [sols[i : i + k] for i in range(0, len(sols), k)]
+    golds = [[s["gold"] for s in grp] for grp in groups]  # (Q, k)
+    scored = {
+        how: best_of_n_gold([[s[how] for s in grp] for grp in groups], golds)  # N = 1..k
+        for how in ("prm_min", "prm_prod", "orm")
+    }
     for n in ns:
-        acc = dict(prm_min=[], prm_prod=[], orm=[], majority=[], pass_at_n=[], random=[])
-        for grp in groups:
-            gold = [s["gold"] for s in grp]
-            for how in ("prm_min", "prm_prod", "orm"):
-                acc[how].append(best_of_n([s[how] for s in grp], gold, n))
+        acc = dict(majority=[], pass_at_n=[], random=[])
+        acc.update({how: [gold_n[n - 1]] for how, gold_n in scored.items()})
+        for grp, gold in zip(groups, golds, strict=True):
             subsets = [
                 rng.choice(k, n, replace=False) for _ in range(1 if n == k else args.subsets)
             ]

@@ -465,5 +465,38 @@ def plot(rows, path, title=""):
         fig.savefig(f, dpi=100, format="png")
 
 
+# ----------------------------------------------------------------------------- best-of-N
+# The other way to optimize against a reward: sample n answers, keep the top-scored. Its gold is
+# computed exactly over every subset of the samples, not estimated from a few random ones
+# (nanorm/ensemble.py and nanorm/prm.py draw their curves with it).
+def bon_weights(n, n_max=None):
+    """(n_max, n) W[N - 1, i]: the probability that the i-th lowest-scored of n answers is the
+    highest-scored of N drawn without replacement, C(i, N - 1) / C(n, N)."""
+    n_max = n_max or n
+    W = np.zeros((n_max, n))
+    for N in range(1, n_max + 1):
+        W[N - 1] = [math.comb(i, N - 1) / math.comb(n, N) for i in range(n)]
+    return W
+
+
+def best_of_n_gold(scores, gold, n_max=None):
+    """(n_max,) the expected gold of best-of-N for N = 1..n_max, averaged over questions:
+    scores and gold (Q, n), n answers to each of Q questions. Answers of equal score share
+    their mean gold: a tie is broken at random."""
+    scores, gold = np.atleast_2d(scores).astype(float), np.atleast_2d(gold).astype(float)
+    order = np.argsort(scores, axis=1, kind="stable")
+    ranked = np.take_along_axis(gold, order, axis=1)  # (Q, n), lowest score first
+    for q, row in enumerate(np.take_along_axis(scores, order, axis=1)):
+        _, tie = np.unique(row, return_inverse=True)
+        ranked[q] = (np.bincount(tie, ranked[q]) / np.bincount(tie))[tie]
+    return (ranked @ bon_weights(scores.shape[1], n_max).T).mean(0)
+
+
+def best_of_n_kl(N):
+    """KL(best-of-N || policy) <= log N - (N - 1) / N, in nats (0 at N = 1)."""
+    N = np.asarray(N, dtype=float)
+    return np.log(N) - (N - 1) / N
+
+
 if __name__ == "__main__":
     run(main)

@@ -1,4 +1,4 @@
-"""nanorm/ensemble.py and rl.py's --members: best-of-N's estimator against a plain loop over
+"""nanorm/ensemble.py and rl.py's --members: best-of-N's estimator (rl.py's) against a plain loop over
 every subset, Gao et al.'s fits against curves made with known constants, the analytic KL of
 best-of-N, PPO against an ensemble (members standardised at step 0), and bad options."""
 
@@ -24,7 +24,7 @@ def test_best_of_n_equals_a_plain_loop_over_every_subset():
     rng = np.random.default_rng(0)
     Q, n = 4, 7
     scores, gold = rng.normal(size=(Q, n)), rng.random((Q, n))
-    got = ensemble.best_of_n_gold(scores, gold)
+    got = rl.best_of_n_gold(scores, gold)
     for N in range(1, n + 1):
         per_q = []
         for q in range(Q):
@@ -34,7 +34,7 @@ def test_best_of_n_equals_a_plain_loop_over_every_subset():
     assert math.isclose(got[0], gold.mean(), rel_tol=1e-9)  # N = 1: a random answer
     assert math.isclose(got[-1], gold[np.arange(Q), scores.argmax(1)].mean(), rel_tol=1e-9)
     # the weights of each N are a distribution over the ranks
-    assert np.allclose(ensemble.bon_weights(n).sum(1), 1.0)
+    assert np.allclose(rl.bon_weights(n).sum(1), 1.0)
 
 
 @pytest.mark.parametrize("form", ["bon", "rl"])
@@ -56,9 +56,9 @@ def test_gao_fit_recovers_known_constants(form):
 
 
 def test_best_of_n_kl_is_0_at_1_and_grows_as_log_n():
-    assert ensemble.best_of_n_kl(1) == 0.0
+    assert rl.best_of_n_kl(1) == 0.0
     N = np.array([2, 8, 64, 1024])
-    kl = ensemble.best_of_n_kl(N)
+    kl = rl.best_of_n_kl(N)
     assert np.all(np.diff(kl) > 0)
     assert np.allclose(np.log(N) - kl, 1 - 1 / N)  # log N less a gap that tends to 1
 

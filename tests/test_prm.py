@@ -11,7 +11,7 @@ import pytest
 import torch
 from conftest import tiny_model
 
-from nanorm import prm
+from nanorm import prm, rl
 from nanorm.base.command import run
 from nanorm.rl import arith
 from reward import ProcessRewardModel, apply_head
@@ -42,7 +42,7 @@ def test_right_chains_round_trip_and_are_on_track_at_every_step(world):
         assert all(tok.decode([r[e]]) == "." for e in ends)
         assert gsm8k_reward(tok.decode(r), str(prm.results(q)[-1])) == 1.0
         longest = max(longest, len(p) + len(r))
-    assert longest + 8 <= prm.policy_config(meta["vocab_size"]).max_seq_len
+    assert longest + 8 <= prm.policy_config(meta).max_seq_len
 
 
 @pytest.mark.parametrize(
@@ -113,11 +113,12 @@ def test_best_of_n_equals_a_plain_loop_over_every_subset():
     scores = [0.3, 0.9, 0.9, 0.1, 0.5, 0.9, 0.2, 0.5]  # ties at 0.9 and 0.5
     gold = [1, 0, 1, 1, 0, 0, 1, 1]
     for n in range(1, len(scores) + 1):
-        assert prm.best_of_n(scores, gold, n) == pytest.approx(slow_best_of_n(scores, gold, n))
+        got = rl.best_of_n_gold([scores], [gold])[n - 1]
+        assert got == pytest.approx(slow_best_of_n(scores, gold, n))
         combos = list(itertools.combinations(range(len(gold)), n))
         anyone = sum(max(gold[i] for i in idx) for idx in combos) / len(combos)
         assert prm.pass_at_n(gold, n) == pytest.approx(anyone)
-    assert prm.best_of_n(scores, gold, 1) == pytest.approx(sum(gold) / len(gold))
+    assert rl.best_of_n_gold([scores], [gold], 1)[0] == pytest.approx(sum(gold) / len(gold))
 
 
 def test_majority_vote_counts_answers_and_splits_ties():

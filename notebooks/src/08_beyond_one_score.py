@@ -26,7 +26,6 @@
 
 # %%
 import importlib.util
-import json
 import os
 import sys
 
