@@ -85,6 +85,18 @@ def made_once(tmp_path_factory, name, make):
     return folder
 
 
+def smollm2_hf_tokenizers(tmp_path_factory):
+    """The folder where transformers saved its reading of SmolLM2's GGUF tokenizer (hf/, 7 s
+    to convert on a 2-core CPU) and a copy with SmolLM2's own pre-tokenizer (hf_smollm/):
+    bench/check_bpe.py's references, made once per pytest run for every test that compares
+    with them. A skip where the GGUF file or transformers is absent."""
+    shared_path("smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
+    pytest.importorskip("transformers", reason="the HF reference needs transformers")
+    from bench.check_bpe import hf_references
+
+    return made_once(tmp_path_factory, "bpe_refs", hf_references)
+
+
 # a model small enough for any test: two layers, grouped-query attention, an odd vocabulary
 TINY = dict(dim=32, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=61, hidden_dim=64)
 TINY_MAX_LEN = 64

@@ -12,9 +12,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from conftest import made_once
+from conftest import smollm2_hf_tokenizers
 
-from bench.check_bpe import GGUF, hf_references, shared_texts
+from bench.check_bpe import GGUF, shared_texts
 from data.bpe import LLAMA3_PATTERN, compile_pattern
 from data.tokenizer import load_tokenizer, tokenizer_fingerprint
 
@@ -103,11 +103,8 @@ fuzz_text = st.lists(
 def refs(tmp_path_factory):
     """(ours from .gguf, HF with SmolLM2's pre-tokenizer, ours from the exported tokenizer.json,
     HF on that file, the export directory, the SmolLM2-pre-tokenizer directory)."""
-    if not GGUF.exists():
-        pytest.skip(f"{GGUF} absent: this test needs the shared data in ../shared/data")
-    pytest.importorskip("transformers", reason="the HF reference needs transformers")
     tokenizers = pytest.importorskip("tokenizers")
-    refs_dir = made_once(tmp_path_factory, "bpe_refs", hf_references)  # HF's export, once
+    refs_dir = smollm2_hf_tokenizers(tmp_path_factory)  # HF's export, once
     gpt2_dir, smollm_dir = refs_dir / "hf", refs_dir / "hf_smollm"
     hf_smollm = tokenizers.Tokenizer.from_file(str(smollm_dir / "tokenizer.json"))
     hf_gpt2 = tokenizers.Tokenizer.from_file(str(gpt2_dir / "tokenizer.json"))

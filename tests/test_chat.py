@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from conftest import pad, shared_path, tiny_model
+from conftest import pad, shared_path, smollm2_hf_tokenizers, tiny_model
 
 from data.chat import ChatFormat, chat_format, hh_text, hh_turns
 from data.pairs import encode_pair
@@ -36,11 +36,10 @@ def test_hh_turns():
 
 
 @pytest.mark.slow
-def test_chatml_ids_equal_hf_apply_chat_template(smollm2):
+def test_chatml_ids_equal_hf_apply_chat_template(smollm2, tmp_path_factory):
     """The ids of a rendered pair are those of HF's own template on the same dialogue."""
     transformers = pytest.importorskip("transformers")
-    path = shared_path("smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
-    hf = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    hf = transformers.AutoTokenizer.from_pretrained(smollm2_hf_tokenizers(tmp_path_factory) / "hf")
     fmt = chat_format(smollm2)
     assert fmt.name == "chatml" and fmt.system.startswith("You are a helpful AI assistant")
     p, c, r, cut = encode_pair(
@@ -166,12 +165,11 @@ def test_chatml_system_and_several_turns_by_hand():
 
 
 @pytest.mark.slow
-def test_conversations_equal_hf_apply_chat_template(smollm2, tmp_path):
+def test_conversations_equal_hf_apply_chat_template(smollm2, tmp_path, tmp_path_factory):
     """A conversational row (system message, several turns), read and encoded as prepare does,
     gives the ids of HF's own template on the same messages."""
     transformers = pytest.importorskip("transformers")
-    path = shared_path("smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
-    hf = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    hf = transformers.AutoTokenizer.from_pretrained(smollm2_hf_tokenizers(tmp_path_factory) / "hf")
     rows = tmp_path / "rows.jsonl"
     answers = {"chosen": "Blue.", "rejected": "I would rather not say."}
     row = {k: [*MESSAGES, {"role": "assistant", "content": v}] for k, v in answers.items()}

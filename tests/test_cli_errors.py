@@ -4,12 +4,11 @@ byte for byte. The entry points run as a user runs them (a subprocess in the pro
 where the wiring matters, and through run in-process where only the message does."""
 
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
 from conftest import ROOT
+from launcher import python
 
 import train_rm
 from data.arith.prepare import main as prepare_arith
@@ -25,8 +24,7 @@ def cli(script, *args):
     where = (
         ["-m", script[:-3].replace("/", ".")] if script.startswith("nanorm/") else [ROOT / script]
     )
-    cmd = [sys.executable, *map(str, where), *map(str, args)]
-    return subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    return python([*where, *args], env=ENV, timeout=300)
 
 
 def one_line(stderr, *words):
@@ -134,7 +132,6 @@ def test_second_run_into_the_same_out_dir_is_refused_and_nothing_lost(first_run)
 def test_torchrun_rank0_refuses_for_every_rank(first_run):
     before = snapshot(first_run)
     cmd = [
-        sys.executable,
         "-m",
         "torch.distributed.run",
         "--standalone",
@@ -146,7 +143,7 @@ def test_torchrun_rank0_refuses_for_every_rank(first_run):
         "cpu",
         *map(str, TINY),
     ]
-    p = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    p = python(cmd, env=ENV, timeout=300)
     assert p.returncode != 0
     # both ranks stop with rank 0's one line (torchrun then adds its own report of the exit)
     assert p.stderr.count(f"error: {first_run} holds a run ({first_run / 'ckpt.pt'})") == 2
@@ -274,9 +271,7 @@ def test_sample_cli_errors(first_run, tmp_path, capsys):
 
 def test_a_library_script_run_as_a_file_says_how_to_run_it():
     for name in ("score", "sample"):
-        p = subprocess.run(
-            [sys.executable, f"nanorm/{name}.py"], cwd=ROOT, capture_output=True, text=True
-        )
+        p = python([f"nanorm/{name}.py"])
         assert p.returncode != 0 and "Traceback" not in p.stderr, p.stderr
         assert (
             p.stderr.strip()

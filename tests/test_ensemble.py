@@ -5,13 +5,12 @@ best-of-N, PPO against an ensemble (members standardised at step 0), and bad opt
 import json
 import math
 import os
-import subprocess
-import sys
 from itertools import combinations
 
 import numpy as np
 import pytest
 from conftest import ROOT
+from launcher import python
 
 from nanorm import ensemble, rl
 
@@ -102,8 +101,7 @@ def test_ppo_against_an_ensemble(tmp_path):
 
 
 def cli(*args):
-    cmd = [sys.executable, "-m", *map(str, args)]
-    return subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
+    return python(["-m", *args], env=ENV, timeout=120)
 
 
 @pytest.mark.parametrize(

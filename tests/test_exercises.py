@@ -4,13 +4,13 @@ gives the advertised hint for the classic mistakes."""
 import contextlib
 import inspect
 import re
-import subprocess
 import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
 from conftest import ROOT
+from launcher import python
 
 sys.path.insert(0, str(ROOT / "notebooks" / "exercises"))
 import check  # notebooks/exercises/check.py
@@ -305,11 +305,7 @@ def test_checker_hints_at_the_mistake(tmp_path, name, parts, hint):
 
 @pytest.mark.slow
 def test_command_line():
-    run = lambda *a: subprocess.run(
-        [sys.executable, str(ROOT / "notebooks" / "exercises" / "check.py"), *a],
-        capture_output=True,
-        text=True,
-    )
+    run = lambda *a: python([ROOT / "notebooks" / "exercises" / "check.py", *a])
     ok = run("--solutions")
     assert ok.returncode == 0 and f"{len(NAMES)}/{len(NAMES)} passed" in ok.stdout, ok.stdout
     blank = run("ex1", "ex5_boxed")

@@ -16,6 +16,7 @@ import time
 import pytest
 import torch
 from conftest import ROOT
+from launcher import python
 
 import nanorm.ckpt
 import train_rm
@@ -141,7 +142,7 @@ def test_two_processes_in_one_out_dir(arith, tmp_path):
     t0 = time.time()
     while not (tmp_path / ".lock").exists() and time.time() - t0 < 120:
         time.sleep(0.02)
-    second = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    second = python(cmd[1:], timeout=300)
     first.wait(timeout=600)
     assert first.returncode == 0, first.stderr.read()[-2000:]
     assert second.returncode == 2 and second.stderr.count("\n") == 1
@@ -177,10 +178,7 @@ def test_diverging_weights_stop_the_run_and_keep_the_last_finite_checkpoint(
     torch.save(ckpt, tmp_path / "nan.pt")
     with pytest.raises(UsageError, match="not finite"):
         load_reward_model(tmp_path / "nan.pt")
-    p = subprocess.run(
-        [sys.executable, "-m", "nanorm.score", "--ckpt", str(tmp_path / "nan.pt"),
-         "--response", "7"], cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    p = python(["-m", "nanorm.score", "--ckpt", tmp_path / "nan.pt", "--response", "7"])
     assert p.returncode == 2 and "not finite" in p.stderr and p.stderr.count("\n") == 1
 
 
@@ -262,7 +260,7 @@ def test_hostile_checkpoints_are_one_line_in_every_entry_point(arith, tmp_path):
         ["-m", "nanorm.score", "--ckpt", str(path), "--response", "7", "--tokenizer",
          os.path.join(arith, "tok.model")],
     ):  # fmt: skip
-        p = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True)
+        p = python(argv)
         assert p.returncode == 2 and p.stderr.count("\n") == 1, (argv[0], p.stderr[-800:])
         assert str(path) in p.stderr, (
             argv[0],
@@ -296,10 +294,7 @@ def test_torn_log_line_full_disk_and_output_paths_that_are_files(arith, tmp_path
     a_file.write_text("mine")
     with pytest.raises(UsageError, match="is a file"):
         run(arith, a_file, "--max_iters", 1)
-    p = subprocess.run(
-        [sys.executable, "eval_rm.py", "--ckpt", str(tmp_path / "ckpt.pt"), "--data", arith,
-         "--out", str(a_file)], cwd=ROOT, capture_output=True, text=True,
-    )  # fmt: skip
+    p = python(["eval_rm.py", "--ckpt", tmp_path / "ckpt.pt", "--data", arith, "--out", a_file])
     assert p.returncode == 2 and "is a file" in p.stderr and a_file.read_text() == "mine"
 
 
@@ -308,14 +303,11 @@ def test_eval_reads_json_arrays_and_refuses_a_max_len_that_cuts_everything(arith
     run(arith, tmp_path, "--max_iters", 1)
     rows = [{"prompt": "What is 2 + 2?", "chosen": " 4", "rejected": " 5"}] * 6
     (tmp_path / "pairs.json").write_text(json.dumps(rows))  # one array, as prepare reads
-    eval_rm = [sys.executable, "eval_rm.py", "--ckpt", str(tmp_path / "ckpt.pt")]
-    p = subprocess.run([*eval_rm, "--data", str(tmp_path / "pairs.json"), "--out",
-                        str(tmp_path / "e")], cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+    eval_rm = ["eval_rm.py", "--ckpt", tmp_path / "ckpt.pt", "--data", tmp_path / "pairs.json"]
+    p = python([*eval_rm, "--out", tmp_path / "e"])
     assert p.returncode == 0, p.stderr[-1500:]
     assert json.load(open(tmp_path / "e" / "eval.json"))["overall"]["n"] == 6
-    p = subprocess.run([*eval_rm, "--data", str(tmp_path / "pairs.json"), "--out",
-                        str(tmp_path / "f"), "--max_len", "1"], cwd=ROOT, capture_output=True,
-                       text=True)  # fmt: skip
+    p = python([*eval_rm, "--out", tmp_path / "f", "--max_len", "1"])
     assert p.returncode == 2 and "--max_len must be at least 8" in p.stderr
 
 
@@ -323,18 +315,16 @@ def test_eval_reads_json_arrays_and_refuses_a_max_len_that_cuts_everything(arith
 def test_export_never_replaces_what_it_did_not_write(arith, tmp_path):
     pytest.importorskip("safetensors")
     run(arith, tmp_path / "run", "--max_iters", 1)
-    score = [sys.executable, "-m", "nanorm.score", "--ckpt", str(tmp_path / "run" / "ckpt.pt")]
+    score = ["-m", "nanorm.score", "--ckpt", tmp_path / "run" / "ckpt.pt"]
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("mine")
     (tmp_path / "a_file").write_text("mine")
     for target in (mine, tmp_path / "a_file"):
-        p = subprocess.run([*score, "--export_hf", str(target)], cwd=ROOT, capture_output=True,
-                           text=True)  # fmt: skip
+        p = python([*score, "--export_hf", target])
         assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr[-800:]
     assert (mine / "notes.txt").read_text() == "mine" and sorted(os.listdir(mine)) == ["notes.txt"]
     assert (tmp_path / "a_file").read_text() == "mine"
     for _ in range(2):  # a new folder, then the same export again over itself
-        p = subprocess.run([*score, "--export_hf", str(tmp_path / "hf")], cwd=ROOT,
-                           capture_output=True, text=True)  # fmt: skip
+        p = python([*score, "--export_hf", tmp_path / "hf"])
         assert p.returncode == 0, p.stderr[-800:]

@@ -3,12 +3,11 @@ the parameters per rank, and checkpoints that resume across world sizes, sharded
 
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
 from conftest import ROOT
+from launcher import python
 from test_train import grad_norms, max_diff, run
 
 from data.arith.prepare import main as prepare_arith
@@ -31,11 +30,11 @@ def arith(tmp_path_factory):
 
 def torchrun(arith, out, *args):
     """train_rm.py --fsdp on 2 CPU processes; returns its stdout."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    cmd = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
     cmd += [str(ROOT / "train_rm.py"), "--fsdp", "--device", "cpu", "--dataset", arith]
     cmd += ["--out_dir", str(out), "--log_interval", "1", "--dtype", "float32"]  # as run()'s
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    p = subprocess.run(cmd + [str(a) for a in args], env=env, capture_output=True, text=True)
+    p = python([*cmd, *args], env=env)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
     return p.stdout
 

@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import smollm2_hf_tokenizers
 
 import nanorm.base.gguf_reader as gguf_reader
 
@@ -160,7 +161,7 @@ def test_non_llama_architecture_is_refused(tmp_path):
 
 # ------------------------------------------------ the real model against transformers
 @pytest.fixture(scope="module")
-def smol():
+def smol(tmp_path_factory):
     if not SMOL.exists():
         pytest.skip(f"{SMOL} absent: this test needs the shared SmolLM2 GGUF file")
     transformers = pytest.importorskip("transformers")
@@ -171,7 +172,7 @@ def smol():
     ours = load_transformer(str(SMOL))  # what --init does with the file
     d, name = str(SMOL.parent), SMOL.name
     hf = transformers.AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32)
-    tok = transformers.AutoTokenizer.from_pretrained(d, gguf_file=name)
+    tok = transformers.AutoTokenizer.from_pretrained(smollm2_hf_tokenizers(tmp_path_factory) / "hf")
     return kw, ours, hf.eval(), tok
 
 

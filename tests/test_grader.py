@@ -5,12 +5,12 @@ answer now fails, copies of nanoRM's code are reported, and the cases cover what
 
 import inspect
 import re
-import subprocess
 import sys
 
 import pytest
 import torch
 from conftest import ROOT
+from launcher import python
 
 sys.path.insert(0, str(ROOT / "notebooks" / "exercises"))
 import check  # notebooks/exercises/check.py
@@ -413,9 +413,7 @@ def test_a_reference_that_moves_is_one_line_in_references(tmp_path, monkeypatch)
 def test_command_line_fails_every_attack(tmp_path):
     files = [write(tmp_path, name, source) for name, source, _ in ATTACKS.values()]
     files += [write(tmp_path, "ex4_gae", source) for source, _ in WRONG_GAE.values()]
-    run = subprocess.run(
-        [sys.executable, str(EX / "check.py"), *map(str, files)], capture_output=True, text=True
-    )
+    run = python([EX / "check.py", *files])
     heads = [line for line in run.stdout.splitlines() if line.startswith(str(tmp_path))]
     assert len(heads) == len(files) and all(" FAIL  " in h for h in heads), run.stdout
     assert "PASS" not in run.stdout and f"0/{len(files)} passed" in run.stdout, run.stdout

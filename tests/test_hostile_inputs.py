@@ -7,13 +7,12 @@ import json
 import os
 import random
 import struct
-import subprocess
-import sys
 import tracemalloc
 from types import SimpleNamespace
 
 import pytest
-from conftest import ROOT, shared_path
+from conftest import shared_path
+from launcher import python
 
 import nanorm.base.gguf_reader as gguf_reader
 from data.prepare import main as prepare
@@ -412,8 +411,6 @@ def test_every_entry_point_says_it_in_one_line(tmp_path):
         ),
     ]
     for args, says in cases:
-        p = subprocess.run(
-            [sys.executable, *map(str, args)], cwd=ROOT, capture_output=True, text=True, timeout=300
-        )
+        p = python(args, timeout=300)
         assert p.returncode == 2 and p.stderr.count("\n") == 1, (args, p.stderr[-2000:])
         assert says in p.stderr, (args, p.stderr)

@@ -6,11 +6,10 @@ vocabulary, its ChatML layout and its weights (--init, the top layer trained).""
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
-from conftest import ROOT, SHARED
+from conftest import SHARED
+from launcher import python
 
 TOPICS = ["tea", "rain", "chess", "bikes", "maps", "bread", "stars", "rivers"]
 # 10 rows in each format, each its own subset ("source": implicit / explicit), 2 of each held
@@ -52,9 +51,7 @@ def write_conversations(path):
 
 def sh(*args):
     """One command line, run from the repository root as the README shows it."""
-    p = subprocess.run(
-        [sys.executable, *map(str, args)], cwd=ROOT, capture_output=True, text=True, timeout=600
-    )
+    p = python(args)
     assert p.returncode == 0, f"{' '.join(map(str, args))} failed:\n{p.stdout}\n{p.stderr}"
     return p.stdout
 
@@ -108,7 +105,7 @@ def test_a_bad_row_stops_strict_prepare_naming_file_and_line(tmp_path):
     src = tmp_path / "prefs.jsonl"
     write_conversations(src)
     cmd = ["data/prepare.py", "--src", src, "--out_dir", tmp_path / "mine", "--strict"]
-    p = subprocess.run([sys.executable, *map(str, cmd)], cwd=ROOT, capture_output=True, text=True)
+    p = python(cmd)
     assert p.returncode == 2 and not (tmp_path / "mine").exists()
     assert p.stderr.startswith(f"prepare.py: error: {src}:{BAD_LINE}: prompt differs: chosen")
     assert p.stderr.count("\n") == 1  # one line

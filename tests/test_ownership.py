@@ -17,12 +17,12 @@ import os
 import random
 import shutil
 import subprocess
-import sys
 from contextlib import contextmanager
 
 import pytest
 import torch
 from conftest import ROOT, shared_path, tiny_model
+from launcher import python
 
 import train_rm
 from data.arith.prepare import main as prepare_arith
@@ -39,8 +39,7 @@ RL_TINY += ["--batch_size", 8, "--group", 2]
 
 def cli(*argv):
     """python argv... in the project root, as a user runs it (-m for a library module)."""
-    cmd = [sys.executable, *map(str, argv)]
-    return subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+    return python(argv, env=ENV)
 
 
 def refused(p, *words):

@@ -12,6 +12,7 @@ from functools import cache
 
 import pytest
 from conftest import ROOT, SHARED
+from launcher import python
 
 ENV = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
 # run as written: they finish in seconds and write nothing outside /tmp or out/
@@ -49,9 +50,7 @@ def python_calls(cmd):
 @cache
 def accepted(script):
     how = ["-m", script[:-3].replace("/", ".")] if script.startswith("nanorm/") else [script]
-    p = subprocess.run(
-        [sys.executable, *how, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
+    p = python([*how, "--help"], timeout=120)
     assert p.returncode == 0, (script, p.stderr[-500:])
     return set(re.findall(r"--[a-z_]+", p.stdout))
 

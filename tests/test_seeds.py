@@ -4,12 +4,11 @@ local path for the hub name, the CPU for .cuda()); the README's snippets for the
 checkpoint without a vocabulary refused under data of another vocabulary size."""
 
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
 from conftest import ROOT, shared_path, tiny_model
+from launcher import python
 
 from critic import Critic
 from nanorm.base.checkpoints import load_transformer
@@ -112,9 +111,7 @@ def test_readme_section_runs():
     for name in (*names, "RewardModelTrainer("):
         assert any(name in code for code in blocks), f"no snippet builds a {name[:-1]}"
     for code in blocks:
-        p = subprocess.run(
-            [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300
-        )
+        p = python(["-c", code], timeout=300)
         assert p.returncode == 0, (code[:200], p.stderr[-1500:])
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT, tiny_model
+from launcher import python
 
 import data.pairs
 import nanorm.build
@@ -94,7 +95,6 @@ def test_ddp_two_processes_equal_one(arith, tmp_path):
     common += [str(a) for a in EXACT]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     ddp = [
-        sys.executable,
         "-m",
         "torch.distributed.run",
         "--standalone",
@@ -106,7 +106,7 @@ def test_ddp_two_processes_equal_one(arith, tmp_path):
         "--batch_size",
         "4",
     ]
-    p = subprocess.run(ddp, env=env, capture_output=True, text=True, timeout=300)
+    p = python(ddp, env=env, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "x 2 ranks = 8 pairs/step" in p.stdout
     run(
