@@ -64,6 +64,7 @@ from nanorm.base.command import (
 from nanorm.ckpt import save_checkpoint
 from nanorm.dpo import policy_config
 from nanorm.rl import arith, best_of_n_gold, rollout
+from nanorm.run_dir import save_figure
 from reward import ProcessRewardModel, RewardModel, solution_reward
 from verifiable import extract_answer, gsm8k_reward
 
@@ -475,9 +476,7 @@ def plot(rows, path, title=""):
     ax.set_ylabel("accuracy of the chosen solution")
     ax.legend(fontsize=8)
     ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    with atomic_write(path) as f:
-        fig.savefig(f, dpi=100, format="png")
+    save_figure(fig, path)
 
 
 if __name__ == "__main__":

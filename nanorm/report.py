@@ -230,7 +230,7 @@ def plot_report(out_dir, per_subset, result):
     axes[0].legend(fontsize=8)
     for ax in axes[k:]:
         ax.set_visible(False)
-    save_figure(fig, out_dir, "reward_hist.png")
+    save_figure(fig, os.path.join(out_dir, "reward_hist.png"))
 
     rewards = torch.cat([s.rewards for s in per_subset.values()])
     lengths = torch.cat([s.lengths for s in per_subset.values()])
@@ -241,12 +241,12 @@ def plot_report(out_dir, per_subset, result):
     corr = result["overall"]["length_corr"]
     ax.set_title(f"reward vs length: Pearson r = {corr:.3f}" if corr is not None else "reward")
     ax.set_xlabel("response tokens"), ax.set_ylabel("reward"), ax.legend()
-    save_figure(fig, out_dir, "reward_length.png")
+    save_figure(fig, os.path.join(out_dir, "reward_length.png"))
 
     fig = Figure(figsize=(4, 4))
     ax = fig.subplots()
     calibrate.plot_reliability(ax, rewards[:, 0], rewards[:, 1])
-    save_figure(fig, out_dir, "reliability.png")
+    save_figure(fig, os.path.join(out_dir, "reliability.png"))
 
 
 def as_served(per_subset, cal):

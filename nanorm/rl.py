@@ -89,6 +89,7 @@ from nanorm.base.command import (
     run_folders,
 )
 from nanorm.ckpt import load_reward_model, save_checkpoint
+from nanorm.run_dir import save_figure
 from reward import ENSEMBLE_RULES, RewardEnsemble, conservative_reward
 from verifiable import RLVRRewardModel, extract_answer, gsm8k_reward
 
@@ -460,9 +461,7 @@ def plot(rows, path, title=""):
         twin.plot(x, [r["proxy"] for r in rows], color="C0", label="proxy reward")
         twin.set_ylabel("proxy", color="C0")
     fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    with atomic_write(path) as f:
-        fig.savefig(f, dpi=100, format="png")
+    save_figure(fig, path, right=0.75, top=0.5, gap=1.4)  # the twin axes' labels on the right
 
 
 # ----------------------------------------------------------------------------- best-of-N
