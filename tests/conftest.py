@@ -1,6 +1,8 @@
 """Shared test helpers: where the shared data lives, a skip when it is absent, one tiny model
-factory and a tiny batch of preference pairs; the built-in arithmetic data made once per pytest run;
-one torch thread per pytest-xdist worker."""
+factory and a tiny batch of preference pairs; the built-in arithmetic data and transformers'
+SmolLM2 tokenizer made once per pytest run; one torch thread per pytest-xdist worker; a command
+run with its memory measured. The commands other tests run as a user would go through
+launcher.python (forks of a process that imported torch once)."""
 
 import os
 import shutil

@@ -9,7 +9,7 @@ Where a fork could differ from a fresh interpreter: the variables that those imp
 MKL_*, PYTHONPATH, ...) are the launcher's own, or another launcher starts with the command's;
 numpy's global generator is seeded afresh in each fork, as Python's `random` is (torch's starts
 at its fixed default in both); the exit runs the atexit functions and flushes stdout and stderr
-but tears no module down. A command that must be a plain process (its memory measured or capped,
+but tears no module down. A command that must be a plain process (its peak memory measured,
 a signal sent to it, the modules it imports counted) runs under subprocess in its test.
 NANORM_TEST_FORK=0 runs every command as a subprocess.
 """
@@ -17,6 +17,7 @@ NANORM_TEST_FORK=0 runs every command as a subprocess.
 import atexit
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -30,7 +31,7 @@ AT_IMPORT = ("OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_", "ATEN_", "TORCH", "PY
              "NVIDIA", "MPL", "NUMPY", "PYTHON", "LD_", "HOME", "XDG_")  # fmt: skip
 
 _LAUNCHER = r"""
-import atexit, json, os, runpy, sys, threading, time, types
+import atexit, json, os, resource, runpy, sys, threading, time, types
 import matplotlib
 import matplotlib.figure
 import numpy
@@ -62,6 +63,8 @@ for line in sys.stdin:
     os.chdir(job["cwd"])
     os.environ.clear()
     os.environ.update(job["env"])
+    if job["cap"]:  # its address space capped, as a plain process under setrlimit
+        resource.setrlimit(resource.RLIMIT_AS, (job["cap"], job["cap"]))
     numpy.random.seed()  # as a fresh interpreter's; Python's random reseeds itself in a fork
     how, what, args = job["how"], job["what"], job["args"]
     try:
@@ -133,16 +136,19 @@ def _form(argv):
     return None  # interpreter flags (-u, -X, -W ...): a plain subprocess
 
 
-def python(argv, cwd=ROOT, env=None, timeout=600):
+def python(argv, cwd=ROOT, env=None, timeout=600, cap=0):
     """subprocess.run([sys.executable, *argv], cwd=cwd, env=env, capture_output=True, text=True,
-    timeout=timeout), the command run in a fork of a launcher that has torch imported."""
+    timeout=timeout), the command run in a fork of a launcher that has torch imported; its
+    address space capped at cap bytes (0: no cap), so a reader that slurps a file fails there
+    instead of taking the machine's memory."""
     argv = [str(a) for a in argv]
     env = dict(os.environ if env is None else env)
     form = _form(argv)
     if form is None or os.environ.get("NANORM_TEST_FORK") == "0" or not hasattr(os, "fork"):
+        limit = (lambda: resource.setrlimit(resource.RLIMIT_AS, (cap, cap))) if cap else None
         cmd = [sys.executable, *argv]
         return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
-                              timeout=timeout)  # fmt: skip
+                              timeout=timeout, preexec_fn=limit)  # fmt: skip
     how, what, args = form
     p = _launcher(env)
     with tempfile.TemporaryDirectory() as d:
@@ -157,6 +163,7 @@ def python(argv, cwd=ROOT, env=None, timeout=600):
             out=str(out),
             err=str(err),
             timeout=timeout or 1e9,
+            cap=cap,
         )
         p.stdin.write(json.dumps(job) + "\n")
         p.stdin.flush()

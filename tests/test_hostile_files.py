@@ -19,6 +19,7 @@ import struct
 import pytest
 import torch
 from conftest import run_measured, shared_path
+from launcher import python
 from test_hostile_inputs import F32, LLAMA_KV, gguf_bytes, kv, kv_str, kv_strings, tensor_info
 
 import eval_rm
@@ -888,9 +889,9 @@ def test_the_commands_say_it_in_one_line_as_processes(trained, nonfinite, tmp_pa
         (["train_rm.py", "--dataset", data, "--out_dir", folder, "--max_iters", 4, "--resume",
           *RUN], step, "step"),
     ]  # fmt: skip
-    for argv, path, words in cases:
-        rc, err, peak_mb, seconds = child(*argv)
-        print(f"{argv[:2]} {path.name}: exit {rc}, {peak_mb:.0f} MB, {seconds:.1f} s")
+    for argv, path, words in cases:  # capped as child() caps: a slurped file fails, not the box
+        p = python(argv, cap=8 * GB, timeout=900)
+        rc, err = p.returncode, p.stderr
         assert rc == 2 and err.count("\n") == 1, (argv, err[-2000:])
         assert str(path) in err and words in err, (argv, err)
     assert not (tmp_path / "e" / "eval.json").exists()
