@@ -25,15 +25,25 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 
 def pytest_collection_modifyitems(config, items):
-    """The longest tests first: the notebooks' runs, then the other slow tests, each file's in
-    its order, then the quick ones. With --dist worksteal (pyproject's addopts) a worker that
-    runs out of tests takes half of the other's queue, so both end together on quick tests."""
-
-    def rank(item):
-        slow = item.get_closest_marker("slow") is not None
-        return (not slow, not (slow and item.path.name == "test_notebooks.py"))
-
-    items.sort(key=rank)  # a stable sort
+    """Two lanes, one per pytest-xdist worker, each the longest tests first. --dist worksteal
+    (pyproject's addopts) hands the first half of this list to one worker and the second half to
+    the other; a worker that runs dry takes the back half of the other's queue. So each half is
+    that worker's lane: the notebooks' runs dealt alternately (their order in test_notebooks is
+    the longest first), then the other slow tests, whole files dealt to the lane with fewer,
+    then quick tests filling the lane to half the list; both workers end on quick tests."""
+    slow = [i for i in items if i.get_closest_marker("slow") is not None]
+    quick = [i for i in items if i.get_closest_marker("slow") is None]
+    notebooks = [i for i in slow if i.path.name == "test_notebooks.py"]
+    lanes = [notebooks[0::2], notebooks[1::2]]
+    files = {}
+    for i in slow:
+        if i.path.name != "test_notebooks.py":
+            files.setdefault(i.path, []).append(i)
+    for tests in sorted(files.values(), key=len, reverse=True):
+        min(lanes, key=len).extend(tests)
+    half = len(items) // 2  # what worksteal sends the first worker
+    fill = max(0, half - len(lanes[0]))
+    items[:] = lanes[0] + quick[:fill] + lanes[1] + quick[fill:]
 
 
 MEASURED = []  # (test, what it measured): times and sizes printed after the run, never judged

@@ -6,7 +6,9 @@ command runs in a fork of it, with its own arguments, folder, environment, stdin
 stderr, and fresh imports of every project module.
 
 Where a fork could differ from a fresh interpreter: the variables that those imports read (OMP_*,
-MKL_*, PYTHONPATH, ...) are the launcher's own, or another launcher starts with the command's;
+MKL_*, PYTHON*, ...) are the launcher's own, or another launcher starts with the command's
+(PYTHONPATH alone is set in each fork's sys.path, as the interpreter would put it; a
+sitecustomize module on it is not run);
 numpy's global generator is seeded afresh in each fork, as Python's `random` is (torch's starts
 at its fixed default in both); the exit runs the atexit functions and flushes stdout and stderr
 but tears no module down. A command that must be a plain process (its peak memory measured,
@@ -37,6 +39,8 @@ import matplotlib.figure
 import numpy
 import torch
 import torch._dynamo  # a command imports it at its first optimizer step or meta-device build
+mine = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+base = [p for p in sys.path[1:] if p not in mine]  # the interpreter's own, after PYTHONPATH's
 sys.stdout.write("ready\n")
 sys.stdout.flush()
 for line in sys.stdin:
@@ -67,6 +71,7 @@ for line in sys.stdin:
         resource.setrlimit(resource.RLIMIT_AS, (job["cap"], job["cap"]))
     numpy.random.seed()  # as a fresh interpreter's; Python's random reseeds itself in a fork
     how, what, args = job["how"], job["what"], job["args"]
+    sys.path[1:] = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p] + base
     try:
         if how == "-m":
             sys.argv, sys.path[0] = [what, *args], os.getcwd()
@@ -105,8 +110,10 @@ for line in sys.stdin:
 _launchers = {}  # the AT_IMPORT part of an environment -> its launcher process
 
 
-def _at_import(env):
-    return tuple(sorted((k, v) for k, v in env.items() if k.startswith(AT_IMPORT)))
+def _at_import(env):  # PYTHONPATH: set in each fork's sys.path
+    return tuple(
+        sorted((k, v) for k, v in env.items() if k.startswith(AT_IMPORT) and k != "PYTHONPATH")
+    )
 
 
 def _launcher(env):
