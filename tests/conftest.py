@@ -85,7 +85,7 @@ def made_once(tmp_path_factory, name, make):
     from filelock import FileLock  # a dependency of torch
 
     base = tmp_path_factory.getbasetemp()
-    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # this session's
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # this pytest run's
     folder = root / name
     with FileLock(root / f"{name}.lock"):
         if not (folder / ".made").exists():
