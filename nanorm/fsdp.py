@@ -12,8 +12,8 @@ How: `fully_shard` (torch.distributed.fsdp) on every transformer block, then on 
 (the root: embeddings, final norm, LM head, reward head). A block's weights are all-gathered
 just before its forward and freed after it, again for its backward, and its gradients are
 reduce-scattered, so a rank holds one whole block at a time plus its shards. On CUDA in bf16
-the gathered weights are bf16 and the gradients are reduced in fp32; the shards AdamW updates
-stay fp32 (master weights).
+the gathered weights are bf16 (the reward heads' fp32) and the gradients are reduced in fp32;
+the shards AdamW updates stay fp32 (master weights).
 
 Checkpoints hold the full, unsharded state, gathered to rank 0 (full_state below): ckpt.pt is
 the file a 1-process run writes, which reward.py, eval_rm.py, export and --resume read
@@ -58,6 +58,11 @@ def shard(rm, proc):
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     for layer in rm.backbone.layers:  # one all-gather per block: the unit of memory
         fully_shard(layer, mp_policy=mp)
+    # the heads (rm's children beside the backbone) keep fp32 weights, as reward.apply_head keeps
+    # them under autocast: from bf16 weights a reward holds 8 bits and close pairs tie. One unit
+    # for all of them, left gathered after forward: ODIN's loss also reads two heads' weights
+    heads = [m for m in rm.children() if m is not rm.backbone]
+    fully_shard(heads, mp_policy=MixedPrecisionPolicy(), reshard_after_forward=False)
     # the root keeps its weights gathered between forward and backward (the default for a root:
     # the reward head is tiny and the embedding is needed again at once for its gradient)
     fully_shard(rm, mp_policy=mp)
