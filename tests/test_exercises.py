@@ -347,6 +347,24 @@ def test_a_result_on_another_device_fails(tmp_path, monkeypatch):
     assert not passed and "your result is on cpu but the inputs were on meta" in message, message
 
 
+def test_solutions_make_their_tensors_on_the_inputs_device(monkeypatch, tmp_path):
+    """A tensor made without device= lands elsewhere than the inputs ("meta" here, the CPU when
+    the inputs are on a GPU): every solution still passes, and one that makes a tensor on the
+    default device fails, as it did on an H200."""
+    monkeypatch.setattr(check, "DEVICE", torch.device("cpu"))
+    monkeypatch.setattr(check, "MADE_ON", "meta")
+    for name in NAMES:
+        path = ROOT / "notebooks" / "exercises" / "solutions" / f"{name}.py"
+        passed, message = check.check(path, name)
+        assert passed, f"{name}: {message}"
+    source = (ROOT / "notebooks" / "exercises" / "solutions" / "ex4_gae.py").read_text()
+    assert source.count("values.new_zeros(B)") == 2
+    stray = source.replace("values.new_zeros(B)", "torch.zeros(B, dtype=values.dtype)")
+    (tmp_path / "ex4_gae.py").write_text(stray)
+    passed, message = check.check(tmp_path / "ex4_gae.py", "ex4_gae")
+    assert not passed and "is not on the expected device cpu" in message, message
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_solutions_pass_on_a_gpu(monkeypatch):
     monkeypatch.setattr(check, "DEVICE", torch.device("cuda"))

@@ -73,6 +73,10 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 SOLUTIONS = os.path.join(HERE, "solutions")
 PROJECT = ("reward", "critic", "model", "verifiable", "nanorm", "train_rm", "eval_rm", "data")
 DEVICE = None  # where the inputs go; None: cuda if there is one, else cpu
+# where a tensor the solution makes without device= lands (None: torch's default, the CPU).
+# The project's tests set "meta": a solution that makes tensors off its inputs' device then
+# fails on the CPU as it would on a GPU, where the inputs are on cuda and torch.zeros(n) is not
+MADE_ON = None
 TIME_LIMIT = 120  # seconds one solution file may take on all its cases
 
 
@@ -537,7 +541,8 @@ def _call_one(fn, call, device):
     for t in wrt:
         t.requires_grad_()
     inputs = [a for a in (*args, *kwargs.values()) if torch.is_tensor(a)]
-    out = fn(*args, **kwargs)
+    with torch.device(MADE_ON) if MADE_ON else contextlib.nullcontext():
+        out = fn(*args, **kwargs)
     result = {"out": _encode(out, device)}
     if wrt and isinstance(out, torch.Tensor) and out.dim() == 0 and out.requires_grad:
         grads = torch.autograd.grad(out, wrt, allow_unused=True)
@@ -552,7 +557,8 @@ def _accumulate_one(fn, call, device):
     net = _two_layers(*call["net"]).to(device)
     ddp = FakeDDP(net)
     micro = [tuple(t.to(device) for t in batch) for batch in call["micro"]]
-    fn(ddp, micro, _mse)
+    with torch.device(MADE_ON) if MADE_ON else contextlib.nullcontext():
+        fn(ddp, micro, _mse)
     grads = [
         {"value": None} if p.grad is None else _encode(p.grad, device) for p in net.parameters()
     ]
@@ -578,6 +584,11 @@ def _solution_side(request, reply_fd, folder, allowed):
         f.write(req["source"])
     os.chdir(folder)
     device = torch.device(req["device"])
+    global MADE_ON
+    MADE_ON = req["made_on"]
+    if MADE_ON:  # the first op across devices imports torch's decompositions: before the guard
+        with contextlib.suppress(RuntimeError):
+            torch.ones(1, device=device) + torch.ones(2, device=MADE_ON)
     if device.type not in ("cpu", "meta"):
         device = torch.zeros(1, device=device).device  # CUDA starts before the guard; cuda:0
     run = _accumulate_one if req["kind"] == "accumulate" else _call_one
@@ -790,6 +801,7 @@ class Solution:
             "source": self.source,
             "function": self.function,
             "device": str(device),
+            "made_on": MADE_ON,
             "kind": kind,
             "calls": [c.packed() for c in cases] if kind == "call" else cases,
         }

@@ -41,8 +41,8 @@ def gae(
     mask = mask.bool()
     B, R = rewards.shape
     advantages = torch.zeros_like(values)
-    next_value = torch.zeros(B, dtype=values.dtype)  # V_{t+1} of the next real action, per row
-    next_adv = torch.zeros(B, dtype=values.dtype)  # A_{t+1}
+    next_value = values.new_zeros(B)  # V_{t+1} of the next real action, per row (on values' device)
+    next_adv = values.new_zeros(B)  # A_{t+1}
     for t in reversed(range(R)):
         delta = rewards[:, t] + gamma * next_value - values[:, t]
         adv = delta + gamma * lam * next_adv
