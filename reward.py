@@ -82,6 +82,13 @@ def score_last_token(head, h, attention_mask):
     return apply_head(head, last)  # (B,)
 
 
+def flex_pays(tokens):
+    """Whether packed rows attend through FlexAttention's block mask (flex=True below): on CUDA
+    under bf16 autocast, where it skips the masked blocks. In fp32 the dense mask is exact and
+    cheap enough, and Inductor found no fp32 kernel configuration for it on an H200 (torch 2.11)."""
+    return tokens.is_cuda and torch.is_autocast_enabled("cuda")
+
+
 def pad_and_concat(a, a_mask, b, b_mask):
     """Stack two (B, Ta) and (B, Tb) batches into one (2B, max(Ta, Tb)) batch: the shorter is
     right-padded with token 0 and mask 0, which changes nothing since we pool by the mask."""

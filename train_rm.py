@@ -43,7 +43,7 @@ from nanorm.base.compat import colossalai_note, mean_loss
 from nanorm.build import MODELS, build_model, load_data, make_optimizer, model_options, open_caches
 from nanorm.ckpt import resume_run, save_training_checkpoint
 from nanorm.report import write_run_report
-from reward import LOSSES, LogSigLoss, PairwiseLoss
+from reward import LOSSES, LogSigLoss, PairwiseLoss, flex_pays
 
 
 @dataclass
@@ -132,7 +132,7 @@ class PairObjective(nn.Module):
         options = dict(self.options, groups=b.groups) if self.groups else self.options
         if self.pack:  # one row per pair, the prompt computed once (data/pairs.py pack_pairs)
             row = (b.tokens, b.segments, b.positions, b.chosen_end, b.rejected_end)
-            flex = b.tokens.is_cuda  # FlexAttention's block mask on CUDA
+            flex = flex_pays(b.tokens)  # FlexAttention's block mask on CUDA in bf16
             objective, stats = self.rm.loss_packed(*row, **options, flex=flex, states=b.states)
         else:
             pair = (b.chosen, b.chosen_mask, b.rejected, b.rejected_mask, b.chosen_response_mask)

@@ -59,7 +59,7 @@ from data.pairs import PairDataset, bucketed_order, encode_pair, write_pairs  # 
 from data.rows import read_pairs
 from data.tokenizer import load_tokenizer
 from model import ModelConfig
-from reward import RewardModel, pad_and_concat, pairwise_loss, score_last_token
+from reward import RewardModel, flex_pays, pad_and_concat, pairwise_loss, score_last_token
 from nanorm.base.runtime import estimate_mfu
 
 SHARED = ROOT.parent / "shared" / "data"
@@ -217,7 +217,7 @@ class Contender:
         return self.model.forward_pair(b.chosen, b.chosen_mask, b.rejected, b.rejected_mask)
 
     def packed(self, b):
-        flex = self.device.startswith("cuda") and FLEX  # FlexAttention skips masked blocks
+        flex = flex_pays(b.tokens) and FLEX  # FlexAttention skips masked blocks
         args = (b.tokens, b.segments, b.positions, b.chosen_end, b.rejected_end)
         return self.model.forward_pair_packed(*args, flex=flex)
 

@@ -7,7 +7,8 @@ The device's reward-model paths against the fp32 CPU reference: same weights, sa
 The reference is the model in fp32 on the CPU, each pair as two right-padded rows
 (RewardModel.forward_pair). On --device the same weights score the same pairs four ways:
 fp32 and bf16 autocast, each as padded rows and as packed rows [prompt | chosen | rejected]
-(forward_pair_packed; on CUDA through FlexAttention, compiled, on the CPU through the dense mask).
+(forward_pair_packed; on CUDA in bf16 through FlexAttention, compiled, elsewhere through the dense
+mask: reward.flex_pays).
 Each is within a tolerance that scales with the rewards, |r - r_ref| <= tol * max |r_ref|: fp32
 1e-4 (the order of the summation differs between kernels, nothing else), bf16 0.03 (8 bits
 of mantissa, rounded at every product of a few layers), and every pair whose reward difference
@@ -25,7 +26,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from data.pairs import pack_pairs, right_pad  # noqa: I001
 from model import ModelConfig
-from reward import RewardModel, pairwise_loss
+from reward import RewardModel, flex_pays, pairwise_loss
 
 TOL = {"float32": 1e-4, "bfloat16": 0.03}  # of max |reward|
 GRAD_TOL = {"float32": 1e-3, "bfloat16": 0.1}  # relative norm of the gradient's difference
@@ -64,7 +65,7 @@ def rewards(rm, items, device, dtype, packed):
     with ctx:
         if packed:
             b = pack_pairs(items, pad_id=0).to(device)
-            flex = device.startswith("cuda")  # FlexAttention on CUDA, the dense mask elsewhere
+            flex = flex_pays(b.tokens)  # FlexAttention on CUDA in bf16, the dense mask elsewhere
             r_c, r_r = rm.forward_pair_packed(
                 b.tokens, b.segments, b.positions, b.chosen_end, b.rejected_end, flex=flex
             )
@@ -126,7 +127,8 @@ def main(argv=None):
     ok = True
     for dtype in ("float32", "bfloat16"):
         for packed in (False, True):
-            how = "packed, FlexAttention" if packed and args.device.startswith("cuda") else ""
+            flex = args.device.startswith("cuda") and dtype == "bfloat16"  # as flex_pays
+            how = "packed, FlexAttention" if packed and flex else ""
             how = how or ("packed, dense mask" if packed else "padded rows")
             got = rewards(rm, items, args.device, dtype, packed)
             ok &= compare(f"{args.device} {dtype} {how}", got, ref, dtype)
