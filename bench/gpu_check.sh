@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The CUDA paths, checked by one command the first time a GPU is at hand (sized for under 8
-# minutes on one H100; not yet run on a GPU).
+# The CUDA paths, checked by one command whenever a GPU is at hand (on one H200: 314 s for the
+# six steps, 262 s for the HH full fine-tune; bench/README.md "GPU" has that run).
 #
 #   bash bench/gpu_check.sh                   # on a CUDA machine
-#   GPU_CHECK_HH=1 bash bench/gpu_check.sh    # also the HH recipe as a full fine-tune (minutes more)
+#   GPU_CHECK_HH=1 bash bench/gpu_check.sh    # also the HH recipe as a full fine-tune (~4.5 min more)
 #   bash bench/gpu_check.sh --dry-run         # every step in its CPU form, smallest size (CI)
+#   bash bench/gpu_check.sh compile bench     # only the steps named (fsdp and compile read ddp's run)
 #   OUT=out/gpu-check bash bench/gpu_check.sh # keep the logs and runs there (default: a temp dir)
 #
 # Steps, each with a header, its output and one PASS/FAIL/SKIP line, then a summary; the exit
@@ -27,12 +28,14 @@
 # The data steps read ../shared/data (SHARED=...) and are skipped where it is absent.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-DRY=0
-case "${1:-}" in
---dry-run) DRY=1 ;;
-"") ;;
-*) echo "usage: bash bench/gpu_check.sh [--dry-run]" >&2 && exit 2 ;;
-esac
+DRY=0 ONLY=" "
+for a in "$@"; do
+    case $a in
+    --dry-run) DRY=1 ;;
+    tests | parity | ddp | fsdp | compile | bench | hh) ONLY+="$a " ;;
+    *) echo "usage: bash bench/gpu_check.sh [--dry-run] [tests parity ddp fsdp compile bench hh]" >&2 && exit 2 ;;
+    esac
+done
 SHARED=${SHARED:-../shared/data}
 OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX")}
 mkdir -p "$OUT"
@@ -62,6 +65,7 @@ echo "mode: $([ "$DRY" = 1 ] && echo "dry run on the CPU" || echo "CUDA"), logs 
 NAMES=() RESULTS=() TIMES=()
 step() { # step NAME FUNCTION: header, output to the terminal and $OUT/NAME.log, one result line
     local name=$1 t0=$SECONDS rc result
+    [ "$ONLY" = " " ] || [[ $ONLY == *" $name "* ]] || return 0 # steps named: only those
     printf '\n===== %s: %s =====\n' "$name" "$2"
     "$2" 2>&1 | tee "$OUT/$name.log"
     rc=${PIPESTATUS[0]}

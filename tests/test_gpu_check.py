@@ -3,6 +3,8 @@ passes the CPU's own paths and fails a packed path that numbers positions wrongl
 that rounds more than bf16. (The whole script's CPU form, `bash bench/gpu_check.sh --dry-run`,
 runs in CI: about 3 minutes.)"""
 
+import os
+import subprocess
 import sys
 
 import torch
@@ -48,3 +50,22 @@ def test_rounding_past_bf16s_fails(capsys, monkeypatch):
     assert gpu_parity.main(SMALL) == 1
     out = capsys.readouterr().out
     assert "PASS cpu float32 packed" in out and "FAIL cpu bfloat16 padded rows" in out
+
+
+def test_the_script_runs_the_steps_named_and_refuses_others(tmp_path):
+    """`bash bench/gpu_check.sh --dry-run parity` runs that step alone; an unknown name is a
+    usage error (exit 2) before anything runs."""
+    script = str(ROOT / "bench" / "gpu_check.sh")
+    env = {**os.environ, "OUT": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    p = subprocess.run(
+        ["bash", script, "--dry-run", "parity"], env=env, capture_output=True, text=True
+    )
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    summary = p.stdout.split("===== summary")[1]
+    assert "PASS  parity" in summary and len(summary.strip().splitlines()) == 2, summary
+    assert sorted(os.listdir(tmp_path)) == ["parity.log"]
+    p = subprocess.run(
+        ["bash", script, "--dry-run", "pariti"], env=env, capture_output=True, text=True
+    )
+    assert p.returncode == 2 and "usage: bash bench/gpu_check.sh" in p.stderr
+    assert sorted(os.listdir(tmp_path)) == ["parity.log"]  # nothing more written
