@@ -587,8 +587,7 @@ def _solution_side(request, reply_fd, folder, allowed):
     global MADE_ON
     MADE_ON = req["made_on"]
     if MADE_ON:  # the first op across devices imports torch's decompositions: before the guard
-        with contextlib.suppress(RuntimeError):
-            torch.ones(1, device=device) + torch.ones(2, device=MADE_ON)
+        _across(device, MADE_ON)
     if device.type not in ("cpu", "meta"):
         device = torch.zeros(1, device=device).device  # CUDA starts before the guard; cuda:0
     run = _accumulate_one if req["kind"] == "accumulate" else _call_one
@@ -642,6 +641,12 @@ def _allowed():
     return sorted({os.path.realpath(p) for p in folders | set(sys.path)} - ours)
 
 
+def _across(device, other):
+    """An op across two devices, which fails; the first one imports what torch needs to say so."""
+    with contextlib.suppress(RuntimeError):
+        torch.ones(1, device=device) + torch.ones(2, device=other)
+
+
 def _serve():
     """The process beside the checker: it imported torch once, and runs each request (a
     solution file and its inputs, from stdin) in a fresh process of its own (a fork), then
@@ -654,10 +659,14 @@ def _serve():
     buf = io.BytesIO()
     torch.save({"a": [torch.zeros(2, requires_grad=True), None, 1.0, "b", True]}, buf)
     torch.load(io.BytesIO(buf.getvalue()), weights_only=True)
+    across = False
     while True:
         request, seconds = _read_request(requests)
         if request is None:
             return
+        if not across and torch.load(io.BytesIO(request), weights_only=True)["made_on"]:
+            _across("cpu", "meta")  # once here rather than in every fork (MADE_ON)
+            across = True
         folder = tempfile.mkdtemp(prefix="nanorm-solution-")
         read, write = os.pipe()
         pid = os.fork()
