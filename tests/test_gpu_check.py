@@ -54,18 +54,25 @@ def test_rounding_past_bf16s_fails(capsys, monkeypatch):
 
 def test_the_script_runs_the_steps_named_and_refuses_others(tmp_path):
     """`bash bench/gpu_check.sh --dry-run parity` runs that step alone; an unknown name is a
-    usage error (exit 2) before anything runs."""
+    usage error (exit 2) before anything runs. The script's python is a stand-in here that
+    records its arguments (CI runs the real dry run)."""
+    bin_dir, out = tmp_path / "bin", tmp_path / "out"
+    bin_dir.mkdir()
+    (bin_dir / "python").write_text(f'#!/bin/sh\necho "$*" >> {tmp_path}/calls\n')
+    (bin_dir / "python").chmod(0o755)
+    env = {**os.environ, "OUT": str(out), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     script = str(ROOT / "bench" / "gpu_check.sh")
-    env = {**os.environ, "OUT": str(tmp_path), "OMP_NUM_THREADS": "1"}
     p = subprocess.run(
         ["bash", script, "--dry-run", "parity"], env=env, capture_output=True, text=True
     )
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     summary = p.stdout.split("===== summary")[1]
     assert "PASS  parity" in summary and len(summary.strip().splitlines()) == 2, summary
-    assert sorted(os.listdir(tmp_path)) == ["parity.log"]
+    assert sorted(os.listdir(out)) == ["parity.log"]
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert calls == ["-", "bench/gpu_parity.py --device cpu --pairs 4 --dim 64 --layers 2"], calls
     p = subprocess.run(
         ["bash", script, "--dry-run", "pariti"], env=env, capture_output=True, text=True
     )
     assert p.returncode == 2 and "usage: bash bench/gpu_check.sh" in p.stderr
-    assert sorted(os.listdir(tmp_path)) == ["parity.log"]  # nothing more written
+    assert sorted(os.listdir(out)) == ["parity.log"]  # nothing more written
