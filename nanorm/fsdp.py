@@ -8,12 +8,12 @@ weights, of their gradients and of AdamW's moments, where DDP keeps a whole copy
         train_rm.py --fsdp --init DIR --dataset DIR
     torchrun --standalone --nproc_per_node=4 train_rm.py --fsdp --resume   # any world size
 
-How: `fully_shard` (torch.distributed.fsdp) on every transformer block, then on the reward model
-(the root: embeddings, final norm, LM head, reward head). A block's weights are all-gathered
-just before its forward and freed after it, again for its backward, and its gradients are
-reduce-scattered, so a rank holds one whole block at a time plus its shards. On CUDA in bf16
-the gathered weights are bf16 (the reward heads' fp32) and the gradients are reduced in fp32;
-the shards AdamW updates stay fp32 (master weights).
+How: `fully_shard` (torch.distributed.fsdp) on every transformer block, then on the reward heads
+(one unit), then on the reward model (the root: embeddings, final norm, LM head). A block's
+weights are all-gathered just before its forward and freed after it, again for its backward,
+and its gradients are reduce-scattered, so a rank holds one whole block at a time plus its
+shards. On CUDA in bf16 the gathered weights are bf16 (the reward heads' fp32) and the gradients
+are reduced in fp32; the shards AdamW updates stay fp32 (master weights).
 
 Checkpoints hold the full, unsharded state, gathered to rank 0 (full_state below): ckpt.pt is
 the file a 1-process run writes, which reward.py, eval_rm.py, export and --resume read
@@ -64,7 +64,7 @@ def shard(rm, proc):
     heads = [m for m in rm.children() if m is not rm.backbone]
     fully_shard(heads, mp_policy=MixedPrecisionPolicy(), reshard_after_forward=False)
     # the root keeps its weights gathered between forward and backward (the default for a root:
-    # the reward head is tiny and the embedding is needed again at once for its gradient)
+    # the embedding is needed again at once for its gradient)
     fully_shard(rm, mp_policy=mp)
     # train_rm's PairObjective calls rm.loss or rm.loss_packed, which reach the backbone without
     # going through rm's forward: FSDP gathers the root's weights in a forward hook, so they

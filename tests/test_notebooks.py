@@ -24,6 +24,8 @@ import importlib.util
 import math
 import os
 import re
+import shutil
+import tempfile
 from typing import NamedTuple
 
 import pytest
@@ -190,13 +192,25 @@ def test_a_claim_that_does_not_hold_fails():
 
 def execute(nb):
     nbclient = pytest.importorskip("nbclient", reason="executing notebooks needs nbclient")
+    from jupyter_client.manager import KernelManager
+
+    # the kernel's channels on Unix sockets (where there are any), in a folder of its own: over
+    # TCP the client picks free ports and the kernel binds them later, and a port taken in
+    # between (the other worker's kernel, a torchrun) killed a kernel at its start ("Address
+    # already in use", once in a whole-suite run)
+    folder = tempfile.mkdtemp(prefix="nb-")  # short: a socket's path holds at most 107 bytes
+    ipc = dict(transport="ipc", ip=os.path.join(folder, "kernel")) if os.name == "posix" else {}
+    km = KernelManager(kernel_name="python3", **ipc)
     client = nbclient.NotebookClient(
         nb,
+        km=km,
         timeout=None,  # no cell has a time limit: CI's overall limit is the only one
-        kernel_name="python3",
         resources={"metadata": {"path": str(NB_DIR)}},  # cwd: notebooks/, as in Jupyter
     )
-    client.execute()  # raises CellExecutionError, naming the cell, if any cell raises
+    try:
+        client.execute()  # raises CellExecutionError, naming the cell, if any cell raises
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def cell_seconds(nb):
