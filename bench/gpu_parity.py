@@ -127,7 +127,8 @@ def main(argv=None):
     ok = True
     for dtype in ("float32", "bfloat16"):
         for packed in (False, True):
-            flex = args.device.startswith("cuda") and dtype == "bfloat16"  # as flex_pays
+            with torch.autocast(args.device.split(":")[0], enabled=dtype == "bfloat16"):
+                flex = flex_pays(torch.zeros(1, device=args.device))  # what rewards() takes
             how = "packed, FlexAttention" if packed and flex else ""
             how = how or ("packed, dense mask" if packed else "padded rows")
             got = rewards(rm, items, args.device, dtype, packed)
