@@ -13,7 +13,7 @@ import json
 import os
 import sys
 
-HELD_OUT_ACC = 0.97  # held-out accuracy at the end: at least this
+HELD_OUT_ACC = 0.95  # held-out accuracy at the end: at least this (measured 0.975-0.999)
 LONGER_WINS = (
     0.454  # the "longer response wins" baseline of the built-in data (a property of the data)
 )

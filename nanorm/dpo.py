@@ -142,7 +142,6 @@ def main(argv=None):
     print(f"SFT policy ready in {time.time() - t_setup:.0f}s")
 
     torch.manual_seed(args.seed)
-    policy.row_attention = False  # short rows: one padded batch beats row by row
     reference = copy.deepcopy(policy)  # frozen by ImplicitReward: the log-ratio's denominator
     ir = ImplicitReward(policy, reference, args.beta, args.scoring).train()
     opt = torch.optim.AdamW(policy.parameters(), lr=args.lr, weight_decay=0.0)

@@ -128,8 +128,6 @@ def sample_and_score(cfg):
     members = [rl.proxy_reward_model(data_dir, args, k) for k in range(cfg.members)]
     shape = copy.deepcopy(members[0].backbone.config)
     policy = rl.sft_policy(train, meta, shape, args).eval()  # trained once, then cached
-    for m in [policy] + [p.backbone for p in members]:
-        m.row_attention = False  # short rows: one padded batch beats row by row
     qs = rl.questions(val, tok)[: cfg.questions]
     Q, n = len(qs), cfg.samples
     prompts = [p for p, _ in qs for _ in range(n)]

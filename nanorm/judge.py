@@ -250,7 +250,6 @@ def main(argv=None):
         )
     text = JudgeText.from_tokenizer(tok, meta["end_id"])
     policy = sft_policy(train, meta, policy_config(meta), args)  # cached in --cache_dir
-    policy.row_attention = False  # short rows: one padded batch beats row by row
     judge = make_judge(policy, text, args.judge).train()
     zero_shot = evaluate(judge, args.judge, val, text, pad_id, args.eval_pairs)
     print("zero-shot: " + ", ".join(f"{k} {v:.3f}" for k, v in zero_shot.items()))

@@ -193,7 +193,6 @@ def sft_policy(tok, meta, args, avoid):
         return load_transformer(path)
     torch.manual_seed(0)
     policy = Transformer(policy_config(meta))  # nanorm.rl's shape, 256 positions
-    policy.row_attention = False  # short rows: one padded batch is faster than row by row
     opt = torch.optim.AdamW(policy.parameters(), weight_decay=0.0)
     rng, t0 = random.Random(1), time.time()
     for step in range(args.sft_steps):
@@ -285,7 +284,6 @@ def orm_loss(orm, tokens, mask, ends, labels, gold):
 
 def train(model, loss_fn, sols, args, meta):
     """The same loop for both: AdamW, batch_size random solutions a step, rm_steps steps."""
-    model.backbone.row_attention = False
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     g = torch.Generator().manual_seed(args.seed)
     model.train()
@@ -393,7 +391,6 @@ def main(argv=None):
     _, _, _, meta, tok = arith()
     t0, held = time.time(), held_out(args.eval_questions)
     policy = sft_policy(tok, meta, args, set(held))
-    policy.row_attention = False
     print(f"SFT policy ready in {time.time() - t0:.0f}s")
 
     # the training solutions, one per question never held out, and their two kinds of labels

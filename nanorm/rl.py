@@ -178,7 +178,6 @@ def sft_policy(train, meta, config, args):
         return load_transformer(path).train()
     torch.manual_seed(0)
     policy = Transformer(config)
-    policy.row_attention = False  # short rows: one padded batch is faster than row by row
     opt = torch.optim.AdamW(policy.parameters(), lr=3e-3, weight_decay=0.0)
     g = torch.Generator().manual_seed(0)
     t0 = time.time()
@@ -329,8 +328,6 @@ def main(argv=None):
     policy = sft_policy(train, meta, copy.deepcopy(proxies[0].backbone.config), args)
     for p in proxies:
         p.requires_grad_(False)
-        p.backbone.row_attention = False  # short rows: one padded batch beats row by row
-    policy.row_attention = False
     # K = 1 is the one proxy as it scores; an ensemble is standardised at step 0 (below)
     proxy = proxies[0] if args.members == 1 else RewardEnsemble(proxies, args.rule, args.std_coef)
     gold_rm = verifier(tok)

@@ -43,7 +43,6 @@ def sets(out):
 def judge_rows(path, kind, data, text, seed, model):
     """The rows of the LM at path read as a judge of this kind, on every set."""
     policy = load_transformer(path)
-    policy.row_attention = False  # short rows: one padded batch beats row by row
     judge, rows = make_judge(policy, text, kind), []
     for name, (d, meta) in data.items():
         for metric, v in evaluate(judge, kind, d, text, meta["pad_id"], N).items():

@@ -71,8 +71,6 @@ proxy = rl.proxy_reward_model(data_dir, args)
 # %%
 policy = rl.sft_policy(train, meta, copy.deepcopy(proxy.backbone.config), args)
 gold_rm = rl.verifier(tok)
-for m in (policy, proxy.backbone):
-    m.row_attention = False  # short rows: one padded batch is faster than row by row
 print(f"proxy: {type(proxy).__name__}, policy: {sum(p.numel() for p in policy.parameters()):,} "
       f"parameters; {len(rl.questions(train, tok))} distinct questions")
 
