@@ -191,6 +191,25 @@ def padded_batch(seqs, side):
     return tokens, mask
 
 
+def test_the_cpu_runs_rows_over_padded_up_to_columns_row_by_row(monkeypatch):
+    """row_attention None (the default): on a CPU a batch of rows up to model.PADDED_UP_TO
+    columns takes one padded call, a longer one a call per row; a setting overrides both."""
+    import model
+
+    layouts = []
+    make = model.make_layout
+    monkeypatch.setattr(model, "make_layout", lambda *a: layouts.append(make(*a)) or layouts[-1])
+    net = Transformer(ModelConfig(dim=16, n_layers=1, n_heads=2, vocab_size=V))
+    for T in (model.PADDED_UP_TO, model.PADDED_UP_TO + 1):
+        mask = torch.ones(2, T, dtype=torch.long)
+        mask[1, : T // 2] = 0  # one row left-padded: padding to skip
+        for setting in (None, True, False):
+            net.row_attention = setting
+            net.hidden_states(torch.randint(1, V, (2, T)), mask)
+    row_by_row = [layout.lengths is not None for layout in layouts]
+    assert row_by_row == [False, True, False, True, True, False]
+
+
 @pytest.mark.parametrize("per_row", [True, False], ids=["cpu-row-by-row", "gpu-padded-rows"])
 @pytest.mark.parametrize("side", ["right", "left"])
 def test_padded_states_and_gradients_equal_one_sequence_at_a_time(per_row, side):
