@@ -263,8 +263,7 @@ class Transformer(nn.Module):
         # recomputed, never saved: checkpoints hold only learned weights
         self.register_buffer("inv_freq", rope_frequencies(cfg), persistent=False)
         self.gradient_checkpointing = False  # trade compute for memory on long sequences
-        # None: row by row on CPU for rows over PADDED_UP_TO columns, else batched padded rows
-        self.row_attention = None
+        self.row_attention = None  # None: chosen per batch (hidden_states); True/False forces it
         self.apply(self._init_weights)
         for name, p in self.named_parameters():  # GPT-2's scaled init of residual projections
             if name.endswith(("wo.weight", "w2.weight")):
@@ -458,9 +457,8 @@ class Readout:
 
 
 # Row by row, a row's attention costs l^2 and not T^2, but each row is an SDPA call of its own
-# (and another in the backward). Up to 64 columns the calls cost more than the padding's
-# attention saves: a 0.2M-parameter model on 20-token rows trains 1.6x faster on padded rows,
-# and wider models run both layouts at the same speed there (bench/README.md measures it).
+# (and another in the backward). Up to 64 columns those calls cost a small model more than the
+# padding's attention saves, and a wide one as much (bench/bench_layout.py).
 PADDED_UP_TO = 64
 
 

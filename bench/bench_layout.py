@@ -15,16 +15,11 @@ as the notebooks and tests train; the CPU is named.
 """
 
 import argparse
-import os
-import platform
-import statistics
-import sys
-import time
 
 import torch
+from bench_dtype import cpu_name, interleaved  # bench/ is the script's folder; it adds the root
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from model import PADDED_UP_TO, ModelConfig, Transformer  # noqa: E402
+from model import PADDED_UP_TO, ModelConfig, Transformer
 
 SHAPES = {  # train_rm's nano; a 288-wide model (stories15M's width); SmolLM2-135M's layer shape
     "nano 64d-4L": dict(dim=64, n_layers=4, n_heads=4, n_kv_heads=2),
@@ -34,19 +29,9 @@ SHAPES = {  # train_rm's nano; a 288-wide model (stories15M's width); SmolLM2-13
 LENGTHS = (16, 32, 64, 128, 256, 512)
 
 
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if "model name" in line)
-    except (OSError, StopIteration):
-        return platform.processor() or "unknown CPU"
-
-
 def step(model, tokens, mask, per_row):
     model.row_attention = per_row
-    t = time.perf_counter()
     model.hidden_states(tokens, mask).square().mean().backward()
-    return time.perf_counter() - t
 
 
 def ratio(shape, T, low, repeats):
@@ -57,12 +42,10 @@ def ratio(shape, T, low, repeats):
     lengths[0] = T
     mask = torch.arange(T)[None] < lengths[:, None]
     tokens = torch.randint(512, (B, T))
-    step(model, tokens, mask, True), step(model, tokens, mask, False)  # warm both
-    times = {True: [], False: []}
-    for _ in range(repeats):
-        for per_row in (True, False):
-            times[per_row].append(step(model, tokens, mask, per_row))
-    return statistics.median(times[False]) / statistics.median(times[True])
+    row_by_row, padded = interleaved(
+        [lambda: step(model, tokens, mask, True), lambda: step(model, tokens, mask, False)], repeats
+    )
+    return padded / row_by_row
 
 
 def main(argv=None):

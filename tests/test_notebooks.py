@@ -13,9 +13,6 @@ kernel paths, each a full run of every notebook, widened by the margin its comme
   both at one thread, as each notebook sets it (OMP_NUM_THREADS=1 for the commands it starts);
   (c) the outputs stored before this table existed (AMD EPYC Zen 4, AVX-512, MKL_CBWR=COMPATIBLE),
       for the cells whose settings and arithmetic have not changed since.
-Rows of up to 64 columns run attention on padded rows since (model.PADDED_UP_TO; row by row
-before): every run on the arithmetic data computes in another order, so (a) and (b) were run
-again on that code, and the comments give those runs' figures.
 
 The stored outputs are run (a)'s. With ../shared/data every claim is checked; without it each
 notebook that reads the data runs its fallbacks (NANORM_DATA=none) and the claims not tagged
