@@ -570,15 +570,14 @@ def _accumulate_one(fn, call, device):
     }
 
 
-def _solution_side(request, reply_fd, folder, allowed):
-    """In the solution's fresh process: copy its file into `folder`, guard the process, run the
-    function on every call's inputs (up to the first that raises) and write what came back to
-    reply_fd."""
+def _solution_side(req, reply_fd, folder, allowed):
+    """In the solution's fresh process, given the request read by the server: copy its file
+    into `folder`, guard the process, run the function on every call's inputs (up to the first
+    that raises) and write what came back to reply_fd."""
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
     os.dup2(2, 1)  # what the solution prints goes where the checker's errors go
-    req = torch.load(io.BytesIO(request), weights_only=True)
     path = os.path.join(folder, os.path.basename(req["file"]))
     with open(path, "w", encoding="utf-8") as f:
         f.write(req["source"])
@@ -654,17 +653,17 @@ def _serve():
     requests, replies = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing printed here may mix with the replies
     allowed = _allowed()
-    # what every solution's process does first (load the inputs, save the reply), done once
-    # here: its lazy imports are then shared by the forks instead of repeated in each
-    buf = io.BytesIO()
-    torch.save({"a": [torch.zeros(2, requires_grad=True), None, 1.0, "b", True]}, buf)
-    torch.load(io.BytesIO(buf.getvalue()), weights_only=True)
+    # what every solution's process does last (save the reply), done once here: its lazy
+    # imports are then shared by the forks instead of repeated in each (the requests are read
+    # here, below)
+    torch.save({"a": [torch.zeros(2, requires_grad=True), None, 1.0, "b", True]}, io.BytesIO())
     across = False
     while True:
         request, seconds = _read_request(requests)
         if request is None:
             return
-        if not across and torch.load(io.BytesIO(request), weights_only=True)["made_on"]:
+        req = torch.load(io.BytesIO(request), weights_only=True)  # data only; the fork inherits it
+        if req["made_on"] and not across:
             _across("cpu", "meta")  # once here rather than in every fork (MADE_ON)
             across = True
         folder = tempfile.mkdtemp(prefix="nanorm-solution-")
@@ -674,7 +673,7 @@ def _serve():
             code = 0
             try:
                 os.close(read)
-                _solution_side(request, write, folder, allowed)
+                _solution_side(req, write, folder, allowed)
             except BaseException:  # noqa: B036
                 code = 1
             finally:
